@@ -1,0 +1,78 @@
+"""Marks the autograd nodes an optimizer step creates, so the visualizer can fuse them.
+
+A differentiable optimizer step (an Adam update is about a dozen elementwise operations per
+parameter) leaves many autograd nodes behind. :func:`tag_optimizer_step` records, on the
+``grad_fn`` of every new parameter, a label (``"MetaAdam step 1"``) and the nodes where the step
+began: the ``grad_fn`` of its inputs (old parameters, gradients, old optimizer state).
+:func:`torchopt_fn.visual.make_dot` with ``fuse_optimizer=True`` draws everything between a tagged
+output and those boundary nodes as one node per parameter and step.
+
+The record lives in :attr:`torch.autograd.graph.Node.metadata`, a dict every autograd node has. It
+holds nodes, never tensors: the boundary nodes are ancestors of the tagged node, so the graph keeps
+them alive anyway, and tagging adds no lifetime to any tensor. Leaf inputs need no boundary entry:
+their ``AccumulateGrad`` node has no inputs, so a walk stops there by itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch.autograd.graph import Node
+
+from optax_compat._src import tree_math
+
+__all__ = ["OPTIMIZER_STEP_KEY", "OptimizerStepTag", "optimizer_step_tag", "tag_optimizer_step"]
+
+OPTIMIZER_STEP_KEY = "torchopt_fn.optimizer_step"
+
+
+@dataclasses.dataclass(eq=False)
+class OptimizerStepTag:
+    """What :func:`tag_optimizer_step` stores in ``grad_fn.metadata[OPTIMIZER_STEP_KEY]``.
+
+    Attributes:
+      label: Text drawn on the fused node, e.g. ``"MetaAdam step 1"``.
+      output_nrs: Which outputs of the node are new parameters of this step (a ``torch._foreach_*``
+        update produces all parameters from one node, one output each).
+      boundary: The ``grad_fn`` of the step's inputs; a walk backward from the tagged node that
+        reaches one of them has left the step.
+    """
+
+    label: str
+    output_nrs: set[int]
+    boundary: frozenset[Node]
+
+
+def tag_optimizer_step(outputs: Any, inputs: Any, label: str) -> None:
+    """Records that ``outputs`` were computed from ``inputs`` by one optimizer step.
+
+    Cheap enough to call on every differentiable step: one flatten of each tree and a dict write
+    per output. Does nothing when grad mode is off or for outputs without a ``grad_fn``.
+
+    Args:
+      outputs: Pytree of tensors produced by the step (usually the new parameters).
+      inputs: Pytree of tensors the step consumed (old parameters, gradients, old state).
+      label: Name of the step as the visualizer should draw it, e.g. ``"MetaAdam step 1"``.
+    """
+    if not torch.is_grad_enabled():
+        return
+    tagged = [t for t in tree_math.leaves(outputs)
+              if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if not tagged:
+        return
+    boundary = frozenset(t.grad_fn for t in tree_math.leaves(inputs)
+                         if isinstance(t, torch.Tensor) and t.grad_fn is not None)
+    for tensor in tagged:
+        metadata = tensor.grad_fn.metadata
+        tag = metadata.get(OPTIMIZER_STEP_KEY)
+        if tag is None or tag.label != label:
+            tag = OptimizerStepTag(label=label, output_nrs=set(), boundary=boundary)
+            metadata[OPTIMIZER_STEP_KEY] = tag
+        tag.output_nrs.add(tensor.output_nr)
+
+
+def optimizer_step_tag(node: Node) -> OptimizerStepTag | None:
+    """The tag :func:`tag_optimizer_step` left on ``node``, or ``None``."""
+    return node.metadata.get(OPTIMIZER_STEP_KEY)
