@@ -1,0 +1,66 @@
+"""Optax's public API on PyTorch and optree: ``import optax_compat as optax``.
+
+Names, module paths, signatures and NamedTuple states follow Optax 0.2.8; the arithmetic runs
+on ``torch._foreach_*`` kernels over optree-flattened leaves.
+"""
+
+from optax_compat import schedules, tree, tree_utils
+from optax_compat._src.base import (
+    EmptyState,
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    OptState,
+    Params,
+    ScalarOrSchedule,
+    Schedule,
+    TransformInitFn,
+    TransformUpdateExtraArgsFn,
+    TransformUpdateFn,
+    Updates,
+    identity,
+    init_empty_state,
+    set_to_zero,
+    stateless,
+    stateless_with_tree_map,
+    with_extra_args_support,
+)
+from optax_compat._src.linear_algebra import global_norm
+from optax_compat._src.numerics import (
+    safe_increment,
+    safe_int32_increment,
+    safe_norm,
+    safe_root_mean_squares,
+)
+from optax_compat._src.update import apply_updates, incremental_update, periodic_update
+from optax_compat._src.utils import multi_normal, scale_gradient
+from optax_compat.schedules import (
+    constant_schedule,
+    cosine_decay_schedule,
+    cosine_onecycle_schedule,
+    exponential_decay,
+    join_schedules,
+    linear_onecycle_schedule,
+    linear_schedule,
+    piecewise_constant_schedule,
+    piecewise_interpolate_schedule,
+    polynomial_schedule,
+    sgdr_schedule,
+    warmup_constant_schedule,
+    warmup_cosine_decay_schedule,
+    warmup_exponential_decay_schedule,
+)
+from optax_compat.tree_utils import (
+    tree_map_params,
+)
+from optax_compat.tree_utils._tree_math import (
+    tree_bias_correction as bias_correction,
+    tree_update_infinity_moment as update_infinity_moment,
+    tree_update_moment as update_moment,
+    tree_update_moment_per_elem_norm as update_moment_per_elem_norm,
+)
+
+# Transforms and aliases (issue 3) -------------------------------------------------------------
+
+# Combinators and wrappers (issue 4) -----------------------------------------------------------
+
+# Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.

@@ -1,0 +1,276 @@
+"""The hot path: arithmetic over the leaves of pytrees with ``torch._foreach_*``.
+
+Optax writes its transforms leaf by leaf (``jax.tree.map(lambda g, m: ...)``) and lets XLA fuse
+the result. Eager PyTorch does not fuse, so a Python call per leaf per operation dominates the
+step time. Every transform in this package therefore flattens its trees once with optree, does
+its arithmetic on *lists of leaves* through the functions below (one ``torch._foreach_*`` call
+per operation for the whole tree), and unflattens once at the end.
+
+Conventions:
+
+* Pytrees are optree's with ``None`` not a leaf (Optax's convention) and sorted dict keys.
+* Every function is pure: it returns new tensors and never writes into its arguments.
+* A "scalar" may be a Python number, a 0-d tensor (a schedule value, a hyperparameter that
+  requires grad for meta-learning) or a list with one value per leaf. A 0-d tensor does not
+  promote the dtype of the leaves, as in JAX's weak typing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+import optree
+import torch
+
+Leaves = list[torch.Tensor]
+Scalar = Union[float, int, torch.Tensor]
+ScalarOrLeaves = Union[Scalar, Sequence[torch.Tensor]]
+
+NONE_IS_LEAF = False
+NAMESPACE = ""
+
+
+def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
+    """Flattens ``tree`` into its leaves and structure (``None`` is an empty subtree)."""
+    return optree.tree_flatten(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+
+
+def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
+    """Rebuilds a tree of structure ``treespec`` from ``leaves``."""
+    return optree.tree_unflatten(treespec, leaves)
+
+
+def leaves(tree: Any) -> Leaves:
+    """The leaves of ``tree`` in flattening order."""
+    return optree.tree_leaves(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+
+
+def treespec(tree: Any) -> optree.PyTreeSpec:
+    """The structure of ``tree``."""
+    return optree.tree_structure(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Any = None) -> Any:
+    """``optree.tree_map`` with this package's pytree conventions."""
+    return optree.tree_map(fn, tree, *rest, is_leaf=is_leaf, none_is_leaf=NONE_IS_LEAF,
+                           namespace=NAMESPACE)
+
+
+def first_difference(expected: Any, actual: Any) -> str:
+    """Describes the first path at which two trees differ in structure, for error messages."""
+    expected_paths, _, expected_spec = optree.tree_flatten_with_path(
+        expected, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+    actual_paths, _, actual_spec = optree.tree_flatten_with_path(
+        actual, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+    for want, got in zip(expected_paths, actual_paths):
+        if want != got:
+            return f"leaf path {_path_str(got)} where {_path_str(want)} was expected"
+    if len(expected_paths) != len(actual_paths):
+        longer = expected_paths if len(expected_paths) > len(actual_paths) else actual_paths
+        extra = longer[min(len(expected_paths), len(actual_paths))]
+        side = "missing" if longer is expected_paths else "unexpected"
+        return f"{side} leaf at path {_path_str(extra)}"
+    return f"node types differ: {expected_spec} vs {actual_spec}"
+
+
+def _path_str(path: tuple[Any, ...]) -> str:
+    return "".join(f"[{key!r}]" for key in path) or "<root>"
+
+
+def leaves_like(tree: Any, spec: optree.PyTreeSpec, what: str, reference: Any = None) -> Leaves:
+    """The leaves of ``tree``, checking that its structure is ``spec``.
+
+    Args:
+      tree: the tree to flatten, e.g. a moment buffer from an optimizer state.
+      spec: the structure it must have, usually that of the incoming ``updates``.
+      what: a name for ``tree`` used in the error message.
+      reference: a tree with structure ``spec``, to name the first differing path on error.
+
+    Raises:
+      ValueError: naming the first path where ``tree`` differs from ``spec``.
+    """
+    tree_leaves, tree_spec = flatten(tree)
+    if tree_spec != spec:
+        where = (first_difference(reference, tree) if reference is not None
+                 else f"expected structure {spec}, got {tree_spec}")
+        raise ValueError(f"The structure of {what} does not match the updates: {where}.")
+    return tree_leaves
+
+
+def check_same_structure(expected: Any, actual: Any, what: str) -> None:
+    """Raises ``ValueError`` naming the first differing path if the trees' structures differ."""
+    if treespec(expected) != treespec(actual):
+        raise ValueError(f"The structure of {what} does not match: "
+                         f"{first_difference(expected, actual)}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Scalars.
+
+
+def _operand(scalar: ScalarOrLeaves, count: int) -> Any:
+    """Turns ``scalar`` into an argument every ``torch._foreach_*`` binary op accepts.
+
+    A 0-d tensor that requires grad is repeated into a list: the foreach kernels that take a
+    single tensor scalar have no backward formula, while the list form does.
+    """
+    if isinstance(scalar, torch.Tensor) and scalar.requires_grad:
+        return [scalar] * count
+    return scalar
+
+
+def is_zero(scalar: Any) -> bool:
+    """Whether ``scalar`` is a Python number equal to zero (tensors are never treated as zero)."""
+    return isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar == 0
+
+
+def is_one(scalar: Any) -> bool:
+    """Whether ``scalar`` is a Python number equal to one."""
+    return isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise arithmetic on lists of leaves. All pure.
+
+
+def add(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """``x + y`` per leaf; ``ys`` is a list of leaves or a scalar."""
+    if not xs:
+        return []
+    return list(torch._foreach_add(xs, _operand(ys, len(xs))))
+
+
+def sub(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """``x - y`` per leaf."""
+    if not xs:
+        return []
+    return list(torch._foreach_sub(xs, _operand(ys, len(xs))))
+
+
+def mul(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """``x * y`` per leaf."""
+    if not xs:
+        return []
+    return list(torch._foreach_mul(xs, _operand(ys, len(xs))))
+
+
+def div(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """``x / y`` per leaf."""
+    if not xs:
+        return []
+    return list(torch._foreach_div(xs, _operand(ys, len(xs))))
+
+
+def add_scaled(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
+    """``x + scale * y`` per leaf, in one pass when ``scale`` is a Python number."""
+    if not xs:
+        return []
+    if isinstance(scale, torch.Tensor):
+        return add(xs, mul(ys, scale))
+    return list(torch._foreach_add(xs, ys, alpha=scale))
+
+
+def neg(xs: Leaves) -> Leaves:
+    """``-x`` per leaf."""
+    return list(torch._foreach_neg(xs)) if xs else []
+
+
+def abs(xs: Leaves) -> Leaves:  # noqa: A001 - mirrors torch.abs
+    """``|x|`` per leaf."""
+    return list(torch._foreach_abs(xs)) if xs else []
+
+
+def sign(xs: Leaves) -> Leaves:
+    """``sign(x)`` per leaf."""
+    return list(torch._foreach_sign(xs)) if xs else []
+
+
+def sqrt(xs: Leaves) -> Leaves:
+    """``sqrt(x)`` per leaf."""
+    return list(torch._foreach_sqrt(xs)) if xs else []
+
+
+def square(xs: Leaves) -> Leaves:
+    """``x * x`` per leaf."""
+    return mul(xs, xs)
+
+
+def power(xs: Leaves, exponent: Scalar) -> Leaves:
+    """``x ** exponent`` per leaf; integer orders 1 and 2 avoid ``pow``, as JAX's ``**`` does."""
+    if is_one(exponent):
+        return list(xs)
+    if isinstance(exponent, int) and exponent == 2:
+        return square(xs)
+    return list(torch._foreach_pow(xs, exponent)) if xs else []
+
+
+def maximum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """Elementwise maximum per leaf."""
+    if not xs:
+        return []
+    return list(torch._foreach_maximum(xs, _operand(ys, len(xs))))
+
+
+def minimum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """Elementwise minimum per leaf."""
+    if not xs:
+        return []
+    return list(torch._foreach_minimum(xs, _operand(ys, len(xs))))
+
+
+def zeros_like(xs: Leaves, dtype: torch.dtype | None = None) -> Leaves:
+    """Zeros shaped (and, unless ``dtype`` is given, typed) like each leaf."""
+    return [torch.zeros_like(x, dtype=dtype) for x in xs]
+
+
+def where(condition: torch.Tensor | bool, xs: Leaves, ys: Leaves) -> Leaves:
+    """Selects ``xs`` where ``condition`` holds else ``ys`` (``lax.select`` without a host sync)."""
+    return [torch.where(condition, x, y) for x, y in zip(xs, ys)]
+
+
+def ema(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
+    """Exponential moving average ``(1 - decay) * value + decay * moment`` per leaf."""
+    if not moments:
+        return []
+    if isinstance(decay, torch.Tensor):
+        return add(mul(values, 1 - decay), mul(moments, decay))
+    return list(torch._foreach_add(torch._foreach_mul(values, 1 - decay), moments,
+                                   alpha=decay))
+
+
+def cast(xs: Leaves, dtype: torch.dtype | None) -> Leaves:
+    """Casts each leaf to ``dtype`` (no copy when already of that dtype; ``None`` keeps it)."""
+    if dtype is None:
+        return list(xs)
+    return [x.to(dtype) for x in xs]
+
+
+# ----------------------------------------------------------------------------------------------
+# Reductions. Each returns a 0-d tensor and never synchronises with the device.
+
+
+def sum_of_squares(xs: Leaves) -> torch.Tensor:
+    """``sum(x ** 2)`` over all elements of all leaves (complex leaves use ``|x| ** 2``)."""
+    if not xs:
+        return torch.tensor(0.0)
+    norms = torch._foreach_norm([x.abs() if x.is_complex() else x for x in xs])
+    return sum_scalars(torch._foreach_mul(norms, norms))
+
+
+def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Adds 0-d tensors of possibly different dtypes, promoting as JAX does."""
+    dtype = values[0].dtype
+    for value in values[1:]:
+        dtype = torch.promote_types(dtype, value.dtype)
+    return torch.stack([v.to(dtype) for v in values]).sum()
+
+
+def widest_real_dtype(xs: Leaves) -> torch.dtype:
+    """The widest real floating dtype among the leaves (complex leaves count as their parts)."""
+    dtype = torch.float32
+    for x in xs:
+        real = x.real.dtype if x.is_complex() else x.dtype
+        if real.is_floating_point:
+            dtype = torch.promote_types(dtype, real)
+    return dtype

@@ -1,0 +1,72 @@
+"""Applying updates to parameters (mirrors ``optax/_src/update.py``)."""
+
+from __future__ import annotations
+
+import torch
+
+from optax_compat._src import base, tree_math
+
+
+def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:
+    """Returns ``params + updates``, leaf by leaf, keeping each parameter's dtype.
+
+    Args:
+      params: a tree of parameters.
+      updates: a tree of updates with the structure and shapes of ``params``.
+
+    Returns:
+      New parameters; ``params`` is not modified.
+
+    Raises:
+      ValueError: if the trees differ in structure (naming the first differing path).
+    """
+    param_leaves, spec = tree_math.flatten(params)
+    update_leaves = tree_math.leaves_like(updates, spec, "updates", reference=params)
+    new = tree_math.add(param_leaves, update_leaves)
+    return tree_math.unflatten(spec, [n if n.dtype == p.dtype else n.to(p.dtype)
+                                      for n, p in zip(new, param_leaves)])
+
+
+def incremental_update(new_tensors: base.Params, old_tensors: base.Params,
+                       step_size: float | torch.Tensor) -> base.Params:
+    """Polyak averaging: ``step_size * new + (1 - step_size) * old``.
+
+    References:
+      Polyak & Juditsky, 1992, https://epubs.siam.org/doi/10.1137/0330046
+
+    Args:
+      new_tensors: the latest values.
+      old_tensors: the running average.
+      step_size: the weight of the latest values.
+
+    Returns:
+      The new running average.
+    """
+    new_leaves, spec = tree_math.flatten(new_tensors)
+    old_leaves = tree_math.leaves_like(old_tensors, spec, "old_tensors", reference=new_tensors)
+    averaged = tree_math.add(tree_math.mul(new_leaves, step_size),
+                             tree_math.mul(old_leaves, 1.0 - step_size))
+    return tree_math.unflatten(spec, averaged)
+
+
+def periodic_update(new_tensors: base.Params, old_tensors: base.Params,
+                    steps: int | torch.Tensor, update_period: int | torch.Tensor) -> base.Params:
+    """Returns ``new_tensors`` every ``update_period`` steps, ``old_tensors`` otherwise.
+
+    References:
+      Grill et al., 2020, https://arxiv.org/abs/2006.07733;
+      Mnih et al., 2015, https://arxiv.org/abs/1312.5602
+
+    Args:
+      new_tensors: the latest values (the online network).
+      old_tensors: the slow copy (the target network).
+      steps: number of updates so far.
+      update_period: how many steps between refreshes of the slow copy.
+
+    Returns:
+      The slow copy, refreshed when ``steps % update_period == 0``.
+    """
+    refresh = torch.as_tensor(steps) % update_period == 0
+    new_leaves, spec = tree_math.flatten(new_tensors)
+    old_leaves = tree_math.leaves_like(old_tensors, spec, "old_tensors", reference=new_tensors)
+    return tree_math.unflatten(spec, tree_math.where(refresh, new_leaves, old_leaves))

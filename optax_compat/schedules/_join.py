@@ -1,0 +1,43 @@
+"""Joining schedules end to end (mirrors ``optax/schedules/_join.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Union
+
+import torch
+
+from optax_compat._src import base
+
+
+def join_schedules(schedules: Sequence[base.Schedule],
+                   boundaries: Sequence[int]) -> base.Schedule:
+    """Runs ``schedules[0]`` until ``boundaries[0]``, then ``schedules[1]`` restarted at 0, ...
+
+    Args:
+      schedules: the schedules to join.
+      boundaries: the step at which each next schedule takes over, one fewer than schedules,
+        non-decreasing.
+
+    Returns:
+      The joined schedule.
+
+    Raises:
+      ValueError: if the number of boundaries is not one fewer than the number of schedules,
+        or if the boundaries decrease.
+    """
+    schedules, boundaries = list(schedules), list(boundaries)
+    if len(boundaries) != len(schedules) - 1:
+        raise ValueError(f"join_schedules needs one boundary fewer than schedules, got "
+                         f"{len(schedules)} schedules and {len(boundaries)} boundaries.")
+    if any(b > a for a, b in zip(boundaries[1:], boundaries[:-1])):
+        raise ValueError(f"join_schedules needs non-decreasing boundaries, got {boundaries}.")
+
+    def schedule(step: Union[int, torch.Tensor]) -> torch.Tensor:
+        output = torch.as_tensor(schedules[0](step))
+        for boundary, later in zip(boundaries, schedules[1:]):
+            output = torch.where(torch.as_tensor(step) < boundary, output,
+                                 torch.as_tensor(later(step - boundary)))
+        return output
+
+    return schedule

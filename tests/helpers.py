@@ -1,0 +1,153 @@
+"""Shared test helpers: moving trees between PyTorch and JAX, and comparing them.
+
+Real Optax is the oracle: a test builds the same configuration in both worlds, feeds the same
+numbers (numpy in the middle), and compares updates, params and every state leaf, plus the
+class names and fields of the state NamedTuples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+import torch
+
+RTOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+ATOL = {torch.float32: 1e-6, torch.float64: 1e-12}
+
+
+@contextlib.contextmanager
+def jax_precision(dtype: torch.dtype) -> Iterator[None]:
+    """Runs JAX in 64-bit mode for float64 tests and in its default 32-bit mode otherwise."""
+    import jax
+
+    with jax.enable_x64(dtype == torch.float64):
+        yield
+
+
+def to_numpy(x: Any) -> Any:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def to_jax(tree: Any) -> Any:
+    """A torch tree as a JAX tree of the same structure (NamedTuples keep their class)."""
+    import jax.numpy as jnp
+
+    return optree.tree_map(lambda x: jnp.asarray(to_numpy(x)), tree, none_is_leaf=False)
+
+
+def to_torch(tree: Any) -> Any:
+    """A JAX (or numpy) tree as a torch tree."""
+    return optree.tree_map(lambda x: torch.from_numpy(np.array(x)), tree, none_is_leaf=False)
+
+
+def _leaves_with_paths(tree: Any) -> list[tuple[Any, Any]]:
+    paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=False)
+    return list(zip(paths, leaves))
+
+
+def assert_close(ours: Any, theirs: Any, dtype: torch.dtype = torch.float32,
+                 rtol: float | None = None, atol: float | None = None, what: str = "") -> None:
+    """Asserts two trees (torch and JAX/numpy) have the same leaves, in order, within tolerance.
+
+    JAX PRNG keys and generator leaves are skipped (randomness is compared statistically).
+    """
+    rtol = RTOL[dtype] if rtol is None else rtol
+    atol = ATOL[dtype] if atol is None else atol
+    ours_leaves = _leaves_with_paths(ours)
+    theirs_leaves = _leaves_with_paths(theirs)
+    assert len(ours_leaves) == len(theirs_leaves), (
+        f"{what}: {len(ours_leaves)} leaves vs Optax's {len(theirs_leaves)}:\n"
+        f"ours={[p for p, _ in ours_leaves]}\ntheirs={[p for p, _ in theirs_leaves]}")
+    for (path, mine), (_, ref) in zip(ours_leaves, theirs_leaves):
+        if isinstance(mine, torch.Generator) or "key" in str(getattr(ref, "dtype", "")):
+            continue
+        mine_np, ref_np = to_numpy(mine), np.asarray(ref)
+        assert mine_np.shape == ref_np.shape, f"{what}{path}: shape {mine_np.shape} vs {ref_np.shape}"
+        np.testing.assert_allclose(mine_np, ref_np, rtol=rtol, atol=atol,
+                                   err_msg=f"{what} at {path}")
+
+
+def state_signature(state: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The NamedTuple classes and fields of a state, in traversal order (for comparing types)."""
+    found = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            found.append((type(node).__name__, tuple(node._fields)))
+        if isinstance(node, dict):
+            for key in sorted(node, key=str):
+                visit(node[key])
+        elif isinstance(node, (list, tuple)):
+            for child in node:
+                visit(child)
+
+    visit(state)
+    return found
+
+
+def assert_same_state_types(ours: Any, theirs: Any) -> None:
+    assert state_signature(ours) == state_signature(theirs)
+
+
+def make_tree(dtype: torch.dtype = torch.float32, seed: int = 0, scale: float = 1.0) -> dict:
+    """A nested pytree with a 0-d leaf, a vector, a matrix, a tuple and a None subtree."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return scale * torch.randn(*shape, generator=generator, dtype=dtype)
+
+    return {"bias": rand(), "layer": {"w": rand(3, 4), "b": rand(4)},
+            "pair": (rand(2), rand(2, 2)), "empty": None}
+
+
+def compare_with_optax(
+    ours_tx: Any, optax_tx: Any, dtype: torch.dtype = torch.float32, steps: int = 5,
+    params: Any = None, grads: Sequence[Any] | None = None, apply: bool = True,
+    extra_args: Callable[[int], dict] | None = None,
+) -> tuple[Any, Any]:
+    """Runs ``steps`` init/update/apply_updates steps in both worlds and compares everything.
+
+    Args:
+      ours_tx: the optax_compat transformation.
+      optax_tx: a zero-argument callable returning the same Optax transformation (built inside
+        the JAX precision context).
+      dtype: float32 or float64.
+      steps: number of steps.
+      params: initial params (a tree from :func:`make_tree` by default).
+      grads: a gradient tree per step (random by default).
+      apply: apply the updates to the params between steps.
+      extra_args: ``step -> {name: torch value}`` extra keyword arguments for ``update``.
+
+    Returns:
+      The final (ours, theirs) states.
+    """
+    import optax
+
+    params = make_tree(dtype, seed=0) if params is None else params
+    grads = [make_tree(dtype, seed=i + 1) for i in range(steps)] if grads is None else grads
+    with jax_precision(dtype):
+        theirs_tx = optax_tx()
+        theirs_params = to_jax(params)
+        theirs_state = theirs_tx.init(theirs_params)
+        ours_state = ours_tx.init(params)
+        assert_same_state_types(ours_state, theirs_state)
+        assert_close(ours_state, theirs_state, dtype, what="init state")
+        for step, grad in enumerate(grads):
+            kwargs = extra_args(step) if extra_args else {}
+            ours_updates, ours_state = ours_tx.update(grad, ours_state, params, **kwargs)
+            theirs_updates, theirs_state = theirs_tx.update(
+                to_jax(grad), theirs_state, theirs_params, **to_jax(kwargs))
+            assert_close(ours_updates, theirs_updates, dtype, what=f"updates step {step}")
+            assert_close(ours_state, theirs_state, dtype, what=f"state step {step}")
+            assert_same_state_types(ours_state, theirs_state)
+            if apply:
+                import optax_compat
+
+                params = optax_compat.apply_updates(params, ours_updates)
+                theirs_params = optax.apply_updates(theirs_params, theirs_updates)
+                assert_close(params, theirs_params, dtype, what=f"params step {step}")
+    return ours_state, theirs_state

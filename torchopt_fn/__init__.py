@@ -1,0 +1,1 @@
+"""TorchOpt's API for differentiable optimization, built on :mod:`optax_compat`."""

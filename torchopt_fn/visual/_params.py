@@ -1,0 +1,120 @@
+"""Reads the ``params`` argument of :func:`make_dot` in every form TorchOpt accepts.
+
+The forms are a mapping ``name -> tensor``, an iterable of ``(name, tensor)`` pairs (such as
+``module.named_parameters()``), a ``ModuleState`` whose ``visual_contents`` came from
+``extract_state_dict(..., enable_visual=True)``, or a list or tuple mixing these.
+
+``visual_contents`` is read as TorchOpt 0.7.3 writes it, ``{leaf_tensor: name}`` and
+``{grad_fn: (name, tensor)}`` for tensors produced by an optimizer step, and also as
+``{id(tensor): name}`` or ``{anything: (name, tensor)}``. Prefer a value with the tensor: a
+``torch._foreach_*`` update gives all new parameters one shared ``grad_fn``, so a dict keyed by
+``grad_fn`` can hold only one of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch.autograd.graph import Node
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedParameter:
+    """One entry of ``params``: a name and the tensor, when the form gives the tensor."""
+
+    name: str
+    tensor: torch.Tensor | None
+    leaf_id: int | None
+
+
+class ParameterNames:
+    """Names of the tensors in ``params``, looked up the way the graph walk meets them.
+
+    A leaf tensor is met as the ``variable`` of its ``AccumulateGrad`` node, so it is found by
+    ``id``; a non-leaf tensor is met as output ``output_nr`` of its ``grad_fn``.
+    """
+
+    def __init__(self, params: Any) -> None:
+        self._entries: dict[Any, NamedParameter] = {}
+        self.by_leaf_id: dict[int, NamedParameter] = {}
+        self.by_output: dict[tuple[Node, int], NamedParameter] = {}
+        if params is not None:
+            self._read(params)
+
+    def _read(self, params: Any) -> None:
+        if hasattr(params, "visual_contents"):
+            visual_contents = params.visual_contents
+            if visual_contents is None:
+                raise ValueError(
+                    f"make_dot: the {type(params).__name__} in `params` has no visual_contents; "
+                    "create it with extract_state_dict(..., enable_visual=True)")
+            for key, value in visual_contents.items():
+                self._add_visual_entry(key, value)
+        elif isinstance(params, Mapping):
+            for name, tensor in params.items():
+                self._add(name, tensor)
+        elif isinstance(params, (str, torch.Tensor)) or not isinstance(params, Iterable):
+            raise TypeError(
+                "make_dot: `params` must be a dict name -> tensor, an iterable of (name, tensor) "
+                f"pairs, a ModuleState, or a list of these; got {type(params).__name__}")
+        else:
+            for item in params:
+                if _is_named_pair(item):
+                    self._add(*item)
+                else:
+                    self._read(item)
+
+    def _add_visual_entry(self, key: Any, value: Any) -> None:
+        if _is_named_pair(value):
+            self._add(*value)
+        elif isinstance(key, torch.Tensor):
+            self._add(value, key)
+        elif isinstance(key, int):
+            self._add_entry(NamedParameter(name=str(value), tensor=None, leaf_id=key))
+        else:
+            raise TypeError(
+                "make_dot: cannot read visual_contents entry "
+                f"{type(key).__name__} -> {type(value).__name__}; expected tensor -> name, "
+                "id -> name or any key -> (name, tensor)")
+
+    def _add(self, name: Any, tensor: Any) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"make_dot: params entry {name!r} is a {type(tensor).__name__}, not a tensor")
+        leaf_id = id(tensor) if tensor.grad_fn is None else None
+        self._add_entry(NamedParameter(name=str(name), tensor=tensor, leaf_id=leaf_id))
+
+    def _add_entry(self, entry: NamedParameter) -> None:
+        # A tensor named twice keeps its last name, as TorchOpt's dict updates do.
+        if entry.leaf_id is not None:
+            key = entry.leaf_id
+            self.by_leaf_id[key] = entry
+        else:
+            key = (entry.tensor.grad_fn, entry.tensor.output_nr)
+            self.by_output[key] = entry
+        self._entries[key] = entry
+
+    @property
+    def parameters(self) -> list[NamedParameter]:
+        """Every named tensor, in the order first given."""
+        return list(self._entries.values())
+
+    @property
+    def nodes(self) -> dict[Node, list[NamedParameter]]:
+        """Named non-leaf tensors grouped by their ``grad_fn``."""
+        grouped: dict[Node, list[NamedParameter]] = {}
+        for (grad_fn, _), entry in self.by_output.items():
+            grouped.setdefault(grad_fn, []).append(entry)
+        return grouped
+
+    def leaf_name(self, tensor: torch.Tensor) -> NamedParameter | None:
+        """The entry naming leaf ``tensor``, if any."""
+        return self.by_leaf_id.get(id(tensor))
+
+
+def _is_named_pair(item: Any) -> bool:
+    return (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+            and isinstance(item[1], torch.Tensor))
