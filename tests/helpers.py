@@ -98,7 +98,7 @@ def make_tree(dtype: torch.dtype = torch.float32, seed: int = 0, scale: float = 
     generator = torch.Generator().manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
-        return scale * torch.randn(*shape, generator=generator, dtype=dtype)
+        return scale * torch.randn(shape, generator=generator, dtype=dtype)
 
     return {"bias": rand(), "layer": {"w": rand(3, 4), "b": rand(4)},
             "pair": (rand(2), rand(2, 2)), "empty": None}
