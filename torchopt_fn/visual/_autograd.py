@@ -113,7 +113,7 @@ def custom_saved_tensors(node: Node) -> tuple[torch.Tensor, ...] | Freed:
         return FREED
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _saved_attributes(node_type: type) -> tuple[str, ...]:
     # ``dir`` is slow; every node of one type saves the same names.
     return tuple(a for a in dir(node_type) if a.startswith(SAVED_PREFIX))

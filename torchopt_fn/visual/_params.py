@@ -35,6 +35,11 @@ class ParameterNames:
 
     A leaf tensor is met as the ``variable`` of its ``AccumulateGrad`` node, so it is found by
     ``id``; a non-leaf tensor is met as output ``output_nr`` of its ``grad_fn``.
+
+    Attributes:
+      by_leaf_id: Leaf tensors by ``id``.
+      by_output: Non-leaf tensors by ``(grad_fn, output_nr)``.
+      by_node: Non-leaf tensors grouped by ``grad_fn``.
     """
 
     def __init__(self, params: Any) -> None:
@@ -43,6 +48,9 @@ class ParameterNames:
         self.by_output: dict[tuple[Node, int], NamedParameter] = {}
         if params is not None:
             self._read(params)
+        self.by_node: dict[Node, list[NamedParameter]] = {}
+        for (grad_fn, _), entry in self.by_output.items():
+            self.by_node.setdefault(grad_fn, []).append(entry)
 
     def _read(self, params: Any) -> None:
         if hasattr(params, "visual_contents"):
@@ -101,14 +109,6 @@ class ParameterNames:
     def parameters(self) -> list[NamedParameter]:
         """Every named tensor, in the order first given."""
         return list(self._entries.values())
-
-    @property
-    def nodes(self) -> dict[Node, list[NamedParameter]]:
-        """Named non-leaf tensors grouped by their ``grad_fn``."""
-        grouped: dict[Node, list[NamedParameter]] = {}
-        for (grad_fn, _), entry in self.by_output.items():
-            grouped.setdefault(grad_fn, []).append(entry)
-        return grouped
 
     def leaf_name(self, tensor: torch.Tensor) -> NamedParameter | None:
         """The entry naming leaf ``tensor``, if any."""

@@ -1,0 +1,112 @@
+"""Optimizer-aware fusion: which autograd nodes belong to which optimizer step.
+
+:func:`torchopt_fn._graph_tags.tag_optimizer_step` marks the outputs of a step (the new parameters)
+and the nodes where the step began. Walking backward from one tagged output to those boundary
+nodes collects the step's work for that parameter. The walk follows tensors, not nodes, so a
+``torch._foreach_*`` node shared by every parameter is split back into one part per parameter.
+
+A node (or, for a foreach node, one of its outputs) reached by the walks of two steps or two
+parameters belongs to neither and is drawn on its own, so fusion never hides a real connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch.autograd.graph import Node
+
+from torchopt_fn._graph_tags import optimizer_step_tag
+from torchopt_fn.visual._autograd import foreach_output_count, leaf_variable, output_inputs
+from torchopt_fn.visual._params import ParameterNames
+
+
+@dataclasses.dataclass(eq=False)
+class FusedStep:
+    """One parameter's share of one optimizer step, drawn as one node.
+
+    Attributes:
+      label: The tag's label, e.g. ``"MetaAdam step 1"``.
+      node: The tagged ``grad_fn`` (of the new parameter).
+      output_nr: Which output of ``node`` the new parameter is.
+      size: How many autograd nodes (or foreach node outputs) it stands for.
+    """
+
+    label: str
+    node: Node
+    output_nr: int
+    size: int = 0
+
+
+# Marks an output claimed by more than one step; also marks a foreach node split per output.
+_SHARED = object()
+
+
+class Fusion:
+    """The fused steps of a graph and which nodes they absorb."""
+
+    def __init__(self, nodes: list[Node], names: ParameterNames) -> None:
+        self.steps: list[FusedStep] = []
+        self._claims: dict[tuple[Node, int], object] = {}
+        self._absorbed: dict[Node, object] = {}
+        for node in nodes:
+            tag = optimizer_step_tag(node)
+            if tag is None:
+                continue
+            for output_nr in sorted(tag.output_nrs):
+                step = FusedStep(label=tag.label, node=node, output_nr=output_nr)
+                self.steps.append(step)
+                self._claim_step(step, tag.boundary, names)
+        self._absorb()
+
+    def _claim_step(self, step: FusedStep, boundary: frozenset[Node],
+                    names: ParameterNames) -> None:
+        start = (step.node, step.output_nr)
+        visited = {start}
+        stack = [start]
+        while stack:
+            output = stack.pop()
+            claimant = self._claims.setdefault(output, step)
+            if claimant is not step:
+                self._claims[output] = _SHARED
+            for child in output_inputs(*output):
+                node = child[0]
+                if (child in visited or node in boundary or leaf_variable(node) is not None
+                        or child in names.by_output or optimizer_step_tag(node) is not None):
+                    continue
+                visited.add(child)
+                stack.append(child)
+
+    def _absorb(self) -> None:
+        claims_by_node: dict[Node, dict[int, object]] = {}
+        for (node, output_nr), claimant in self._claims.items():
+            claims_by_node.setdefault(node, {})[output_nr] = claimant
+        for node, claims in claims_by_node.items():
+            claimants = set(claims.values())
+            if _SHARED in claimants:
+                continue
+            if len(claimants) == 1:
+                owner = claimants.pop()
+                self._absorbed[node] = owner
+                owner.size += 1
+            elif set(claims) == set(range(foreach_output_count(node))):
+                self._absorbed[node] = _SHARED
+                for claimant in claimants:
+                    claimant.size += 1
+
+    def output_owner(self, node: Node, output_nr: int) -> FusedStep | None:
+        """The step that output ``output_nr`` of ``node`` is drawn inside, if any."""
+        owner = self._absorbed.get(node)
+        if owner is _SHARED:
+            return self._claims[(node, output_nr)]
+        return owner
+
+    def input_owner(self, node: Node, input_index: int) -> FusedStep | None:
+        """The step that reads input ``input_index`` of ``node`` (``next_functions`` order)."""
+        owner = self._absorbed.get(node)
+        if owner is _SHARED:
+            return self._claims[(node, input_index % foreach_output_count(node))]
+        return owner
+
+    def is_absorbed(self, node: Node) -> bool:
+        """Whether ``node`` is drawn inside fused steps rather than on its own."""
+        return node in self._absorbed
