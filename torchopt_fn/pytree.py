@@ -148,7 +148,7 @@ def _axpy(tree_x: TensorTree, tree_y: TensorTree, alpha: Scalar) -> TensorTree:
     """``tree_x + alpha * tree_y`` leaf by leaf."""
     flat = _foreach_leaves(tree_x, tree_y)
     if flat is None:
-        return tree_map(lambda x, y: x.add(y, alpha=alpha), tree_x, tree_y)
+        return tree_map(lambda x, y: x + alpha * y, tree_x, tree_y)
     (xs, ys), treespec = flat
     return tree_unflatten(treespec, tree_math.add_scaled(xs, alpha, ys))
 
