@@ -1,0 +1,222 @@
+"""Hypothesis strategies for pytrees of tensors: parameters, gradients, any tree a transform sees.
+
+Trees are built top-down from a drawn leaf count, so hypothesis shrinks a failing example
+towards fewer leaves, shallower nesting, smaller shapes and simpler values (a single 0-d leaf
+holding ``0.0`` is the simplest tree of all).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from optax_compat._src import tree_math
+
+CONTAINER_KINDS = ("dict", "list", "tuple", "namedtuple")
+DEFAULT_DTYPES = (torch.float32, torch.float64)
+_KEYS = tuple(string.ascii_lowercase)
+_MAX_CHILDREN = 4
+
+# Hypothesis draws the values in numpy; dtypes numpy lacks are drawn wider and rounded.
+_NUMPY_WIDTH = {torch.float16: 16, torch.bfloat16: 32, torch.float32: 32, torch.float64: 64}
+
+
+@functools.cache
+def record_type(num_fields: int) -> type:
+    """A NamedTuple class with fields ``f0, f1, ...`` (one class per arity, so trees compare)."""
+    fields = [f"f{i}" for i in range(num_fields)]
+    return collections.namedtuple(f"Record{num_fields}", fields, module=__name__)
+
+
+def _value_elements(dtype: torch.dtype, min_value: float, max_value: float, allow_nan: bool,
+                    allow_infinity: bool, allow_subnormal: bool) -> st.SearchStrategy[float]:
+    width = _NUMPY_WIDTH[dtype]
+    finite = st.floats(min_value, max_value, width=width, allow_subnormal=allow_subnormal)
+    specials = [np.nan] * allow_nan + [np.inf, -np.inf] * allow_infinity
+    return st.one_of(finite, st.sampled_from(specials)) if specials else finite
+
+
+def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
+            min_value: float = -10.0, max_value: float = 10.0, allow_nan: bool = False,
+            allow_infinity: bool = False, allow_subnormal: bool = False,
+            device: str | torch.device = "cpu") -> st.SearchStrategy[torch.Tensor]:
+    """A strategy for tensors of one shape and dtype with values in ``[min_value, max_value]``.
+
+    Args:
+      shape: the tensor's shape (``()`` for a 0-d tensor; a zero makes it empty).
+      dtype: a floating dtype (float16, bfloat16, float32 or float64).
+      min_value: smallest finite value.
+      max_value: largest finite value.
+      allow_nan: also draw NaN.
+      allow_infinity: also draw ``+inf`` and ``-inf``.
+      allow_subnormal: also draw subnormal numbers.
+      device: where the tensor is created.
+
+    Returns:
+      A hypothesis strategy of tensors.
+    """
+    if dtype not in _NUMPY_WIDTH:
+        raise ValueError(f"Unsupported dtype {dtype}; use one of {sorted(map(str, _NUMPY_WIDTH))}.")
+    elements = _value_elements(dtype, min_value, max_value, allow_nan, allow_infinity,
+                               allow_subnormal)
+    numpy_dtype = np.dtype(f"float{_NUMPY_WIDTH[dtype]}")
+    arrays = hnp.arrays(numpy_dtype, tuple(shape), elements=elements)
+    return arrays.map(lambda array: torch.from_numpy(array.copy()).to(device=device, dtype=dtype))
+
+
+class _TreeBuilder:
+    """Draws the nested containers of one tree around leaves produced by ``leaf``."""
+
+    def __init__(self, draw: Any, leaf: Any, kinds: Sequence[str], allow_none: bool) -> None:
+        self.draw, self.leaf, self.kinds, self.allow_none = draw, leaf, kinds, allow_none
+
+    def subtree(self, num_leaves: int, depth: int) -> Any:
+        if num_leaves == 1 and (depth == 0 or not self.draw(st.booleans())):
+            return self.leaf()
+        # At the deepest level, a flat container is the only way to hold several leaves.
+        sizes = [1] * num_leaves if depth == 0 else self._split(num_leaves)
+        children = [self.subtree(size, depth - 1) if size else self._empty() for size in sizes]
+        if self.allow_none and self.draw(st.booleans()):
+            children.insert(self.draw(st.integers(0, len(children))), None)
+        return self._container(children)
+
+    def _split(self, num_leaves: int) -> list[int]:
+        """Splits ``num_leaves`` among 1 to ``_MAX_CHILDREN`` children (0 when there are none)."""
+        if num_leaves == 0:
+            return []
+        num_children = self.draw(st.integers(1, min(num_leaves, _MAX_CHILDREN)))
+        cuts = sorted(self.draw(st.lists(st.integers(1, num_leaves - 1), min_size=num_children - 1,
+                                         max_size=num_children - 1, unique=True))
+                      if num_children > 1 else [])
+        bounds = [0, *cuts, num_leaves]
+        return [high - low for low, high in itertools.pairwise(bounds)]
+
+    def _empty(self) -> Any:
+        return self._container([])
+
+    def _container(self, children: list[Any]) -> Any:
+        kind = self.draw(st.sampled_from(self.kinds))
+        if kind == "list":
+            return children
+        if kind == "tuple":
+            return tuple(children)
+        if kind == "namedtuple":
+            return record_type(len(children))(*children)
+        keys = self.draw(st.lists(st.sampled_from(_KEYS), min_size=len(children),
+                                  max_size=len(children), unique=True))
+        return dict(zip(keys, children, strict=True))
+
+
+@st.composite
+def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: int = 3,
+            shapes: st.SearchStrategy[tuple[int, ...]] | None = None, max_dims: int = 2,
+            max_side: int = 3, allow_empty: bool = False,
+            dtypes: Sequence[torch.dtype] = DEFAULT_DTYPES, mixed_dtypes: bool = False,
+            min_value: float = -10.0, max_value: float = 10.0, allow_nan: bool = False,
+            allow_infinity: bool = False, allow_subnormal: bool = False,
+            kinds: Sequence[str] = CONTAINER_KINDS, allow_none: bool = True,
+            device: str | torch.device = "cpu") -> Any:
+    """A strategy for nested dict/list/tuple/NamedTuple trees of tensors.
+
+    Args:
+      min_leaves: fewest tensor leaves (0 allows trees such as ``{}`` or ``[None]``).
+      max_leaves: most tensor leaves.
+      max_depth: most levels of containers above a leaf (0 gives a bare tensor or a flat
+        container).
+      shapes: a strategy for leaf shapes; by default shapes of up to ``max_dims`` dimensions of
+        size up to ``max_side``, 0-d included.
+      max_dims: most dimensions per leaf (default ``shapes`` only).
+      max_side: largest size of a dimension (default ``shapes`` only).
+      allow_empty: allow dimensions of size 0 (default ``shapes`` only).
+      dtypes: the floating dtypes to draw from (bfloat16 and float16 are opt-in).
+      mixed_dtypes: draw a dtype per leaf instead of one for the whole tree.
+      min_value: smallest finite leaf value.
+      max_value: largest finite leaf value.
+      allow_nan: also draw NaN values.
+      allow_infinity: also draw infinite values.
+      allow_subnormal: also draw subnormal values.
+      kinds: container kinds among ``"dict"``, ``"list"``, ``"tuple"``, ``"namedtuple"``.
+      allow_none: sometimes add a ``None`` child (an empty subtree, as in Optax).
+      device: where leaves are created.
+
+    Returns:
+      A hypothesis strategy of pytrees.
+    """
+    unknown = set(kinds) - set(CONTAINER_KINDS)
+    if unknown or not kinds:
+        raise ValueError(f"kinds must be a non-empty subset of {CONTAINER_KINDS}, got {kinds}.")
+    if not 0 <= min_leaves <= max_leaves:
+        raise ValueError(f"Need 0 <= min_leaves <= max_leaves, got {min_leaves}, {max_leaves}.")
+    shape_strategy = shapes if shapes is not None else hnp.array_shapes(
+        min_dims=0, max_dims=max_dims, min_side=0 if allow_empty else 1, max_side=max_side)
+    dtype_strategy = st.sampled_from(list(dtypes))
+    tree_dtype = None if mixed_dtypes else draw(dtype_strategy)
+
+    def leaf() -> torch.Tensor:
+        dtype = tree_dtype if tree_dtype is not None else draw(dtype_strategy)
+        return draw(tensors(draw(shape_strategy), dtype, min_value=min_value,
+                            max_value=max_value, allow_nan=allow_nan,
+                            allow_infinity=allow_infinity, allow_subnormal=allow_subnormal,
+                            device=device))
+
+    num_leaves = draw(st.integers(min_leaves, max_leaves))
+    builder = _TreeBuilder(draw, leaf, list(kinds), allow_none)
+    if num_leaves == 0:
+        return builder.subtree(0, max(max_depth, 1))
+    return builder.subtree(num_leaves, max_depth)
+
+
+@st.composite
+def matching_trees(draw: Any, tree: Any, *, min_value: float = -10.0, max_value: float = 10.0,
+                   allow_nan: bool = False, allow_infinity: bool = False,
+                   allow_subnormal: bool = False) -> Any:
+    """A strategy for trees with the structure, shapes, dtypes and devices of ``tree``.
+
+    Typical use: gradients (or a second set of parameters) for drawn parameters.
+
+    Args:
+      tree: the tree to match.
+      min_value: smallest finite leaf value.
+      max_value: largest finite leaf value.
+      allow_nan: also draw NaN values.
+      allow_infinity: also draw infinite values.
+      allow_subnormal: also draw subnormal values.
+
+    Returns:
+      A hypothesis strategy of trees.
+    """
+    leaves, spec = tree_math.flatten(tree)
+    drawn = [draw(tensors(leaf.shape, leaf.dtype, min_value=min_value, max_value=max_value,
+                          allow_nan=allow_nan, allow_infinity=allow_infinity,
+                          allow_subnormal=allow_subnormal, device=leaf.device))
+             for leaf in leaves]
+    return tree_math.unflatten(spec, drawn)
+
+
+@st.composite
+def params_and_grads(draw: Any, steps: int = 1, **pytree_kwargs: Any) -> tuple[Any, list[Any]]:
+    """A strategy for ``(params, [grads_step_0, ...])``: a tree and ``steps`` matching trees.
+
+    Args:
+      steps: how many gradient trees to draw.
+      **pytree_kwargs: forwarded to :func:`pytrees` (value-range arguments also apply to the
+        gradients).
+
+    Returns:
+      A hypothesis strategy of ``(params, grads)`` pairs.
+    """
+    params = draw(pytrees(**pytree_kwargs))
+    value_kwargs = {name: pytree_kwargs[name] for name in (
+        "min_value", "max_value", "allow_nan", "allow_infinity", "allow_subnormal")
+        if name in pytree_kwargs}
+    grads = [draw(matching_trees(params, **value_kwargs)) for _ in range(steps)]
+    return params, grads
