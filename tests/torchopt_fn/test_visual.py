@@ -36,7 +36,11 @@ def _attrs(text: str | None) -> dict[str, str]:
     return attrs
 
 
-def parse_dot(dot: graphviz.Digraph) -> tuple[dict[str, dict[str, str]], list[tuple[str, str, dict]]]:
+Nodes = dict[str, dict[str, Any]]
+Edges = list[tuple[str, str, dict[str, str]]]
+
+
+def parse_dot(dot: graphviz.Digraph) -> tuple[Nodes, Edges]:
     """Nodes (id -> attributes, with ``classes`` split) and edges of a make_dot graph."""
     nodes, edges = {}, []
     for line in dot.source.splitlines():
@@ -236,7 +240,7 @@ def test_several_outputs_as_pytree_and_view_base() -> None:
     y = w * 2
     row = y[0]  # a view of y
     dot = make_dot({"row": row, "total": (w.sum(),)}, {"w": w})
-    nodes, edges = parse_dot(dot)
+    _, edges = parse_dot(dot)
     outputs = nodes_of(dot, "output")
     assert sorted(a["lines"][-1] for a in outputs.values()) == ["()", "(3)"]
     (base_id, base), = nodes_of(dot, "view_base").items()
@@ -270,7 +274,7 @@ def test_every_params_form_names_the_same_nodes() -> None:
     expected = {name for name, _ in net.named_parameters()}
     torchopt_state = ModuleState((), (), {p: name for name, p in net.named_parameters()})
     id_state = ModuleState((), (), {id(p): name for name, p in net.named_parameters()})
-    pairs_state = ModuleState((), (), {i: (n, p) for i, (n, p) in enumerate(net.named_parameters())})
+    pairs_state = ModuleState((), (), dict(enumerate(net.named_parameters())))
     forms = [dict(net.named_parameters()), net.named_parameters(), list(net.named_parameters()),
              torchopt_state, id_state, pairs_state]
     for form in forms:
@@ -420,7 +424,8 @@ def test_resize_graph_grows_with_content() -> None:
     assert dot.graph_attr["size"] == "50.0,50.0"
     outputs, params = mlp_case()
     auto = make_dot(outputs[0], params)
-    assert auto.graph_attr["size"] == f"{max(12.0, len(auto.body) * 0.5)},{max(12.0, len(auto.body) * 0.5)}"
+    side = max(12.0, len(auto.body) * 0.5)
+    assert auto.graph_attr["size"] == f"{side},{side}"
 
 
 def test_every_style_has_a_meaning() -> None:
