@@ -62,5 +62,14 @@ from optax_compat.tree_utils._tree_math import (
 # Transforms and aliases (issue 3) -------------------------------------------------------------
 
 # Combinators and wrappers (issue 4) -----------------------------------------------------------
+from optax_compat.transforms._combining import (
+    MultiTransformState,
+    PartitionState,
+    chain,
+    multi_transform,
+    named_chain,
+    partition,
+)
+from optax_compat.transforms._masking import MaskedNode, MaskedState, masked
 
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.

@@ -226,6 +226,8 @@ def zeros_like(xs: Leaves, dtype: torch.dtype | None = None) -> Leaves:
 
 def where(condition: torch.Tensor | bool, xs: Leaves, ys: Leaves) -> Leaves:
     """Selects ``xs`` where ``condition`` holds else ``ys`` (``lax.select`` without a host sync)."""
+    if not isinstance(condition, torch.Tensor):
+        condition = torch.tensor(bool(condition), device=xs[0].device if xs else None)
     return [torch.where(condition, x, y) for x, y in zip(xs, ys)]
 
 
@@ -274,3 +276,21 @@ def widest_real_dtype(xs: Leaves) -> torch.dtype:
         if real.is_floating_point:
             dtype = torch.promote_types(dtype, real)
     return dtype
+
+
+def map_over_prefix(fn: Callable[..., Any], prefix: Any, *trees: Any, what: str) -> Any:
+    """``tree_map`` where each leaf of ``prefix`` meets whole subtrees of ``trees``.
+
+    Masks and label trees are prefixes of the params tree: their leaves stand for whole
+    subtrees. A ``prefix`` that is not a prefix of every tree in ``trees`` raises a ValueError
+    naming ``what`` and the first path where the structures part.
+    """
+    try:
+        return tree_map(fn, prefix, *trees)
+    except ValueError:
+        for tree in trees:
+            errors = optree.prefix_errors(prefix, tree, none_is_leaf=NONE_IS_LEAF,
+                                          namespace=NAMESPACE)
+            if errors:
+                raise errors[0](what) from None
+        raise
