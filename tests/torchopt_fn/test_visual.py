@@ -337,6 +337,14 @@ def test_detached_layer_is_listed_as_unreached_in_red() -> None:
     assert [n for n, p in net.named_parameters() if p.grad is None] == dot.unreached
 
 
+def test_copy_keeps_the_diagnosis() -> None:
+    net = TwoTower(detach=True)
+    dot = make_dot(net(torch.randn(2, 3)).sum(), net.named_parameters())
+    duplicate = dot.copy()
+    assert isinstance(duplicate, GradientGraph) and duplicate.source == dot.source
+    assert duplicate.unreached == dot.unreached == ["encoder.weight", "encoder.bias"]
+
+
 def test_connected_model_has_nothing_unreached() -> None:
     net = TwoTower(detach=False)
     dot = make_dot(net(torch.randn(2, 3)).sum(), net.named_parameters())

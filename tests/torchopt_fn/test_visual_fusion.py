@@ -115,6 +115,19 @@ def test_fusion_draws_one_node_per_parameter_and_step(optimizer: str, foreach: b
     assert len(nodes_of(unfused, "backward")) == count_autograd_nodes([outer])
 
 
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("after_backward", [False, True])
+def test_show_attrs_and_saved_on_maml_graph(fuse: bool, after_backward: bool) -> None:
+    outer, snapshots, _ = maml("adam")
+    if after_backward:
+        outer.backward()
+    dot = make_dot(outer, snapshots, show_attrs=True, show_saved=True, fuse_optimizer=fuse)
+    kind = "freed" if after_backward else "saved"
+    assert nodes_of(dot, kind)
+    assert dot.unreached == []
+    assert "<svg" in dot.pipe(format="svg").decode()
+
+
 def test_fusion_halves_leafwise_adam_graph() -> None:
     # TorchOpt's leaf-by-leaf Adam: ~13 autograd nodes per parameter and step.
     outer, snapshots, _ = maml("adam", foreach=False)

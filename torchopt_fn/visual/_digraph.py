@@ -53,6 +53,12 @@ class GradientGraph(graphviz.Digraph):
     pipe = _explain_missing_dot(graphviz.Digraph.pipe)
     render = _explain_missing_dot(graphviz.Digraph.render)
 
+    def copy(self) -> GradientGraph:
+        """A copy of the graph, its attributes and its ``unreached`` list."""
+        duplicate = super().copy()
+        duplicate.unreached = list(self.unreached)
+        return duplicate
+
 
 def resize_graph(dot: graphviz.Digraph, size_per_element: float = 0.5,
                  min_size: float = 12.0) -> None:
