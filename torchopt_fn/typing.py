@@ -12,7 +12,23 @@ from torch import Tensor
 from torch.distributions import Distribution
 from torch.futures import Future
 
+from torchopt_fn.base import (
+    ChainedGradientTransformation,
+    EmptyState,
+    GradientTransformation,
+    UninitializedState,
+)
+
 __all__ = [
+    "GradientTransformation",
+    "ChainedGradientTransformation",
+    "EmptyState",
+    "UninitializedState",
+    "Params",
+    "Updates",
+    "OptState",
+    "Schedule",
+    "ScalarOrSchedule",
     "Scalar",
     "Numeric",
     "PyTree",
@@ -46,6 +62,9 @@ Device: TypeAlias = torch.device | str | int
 Scalar: TypeAlias = float | int | bool
 Numeric: TypeAlias = Tensor | Scalar
 
+Schedule: TypeAlias = Callable[[Numeric], Numeric]
+ScalarOrSchedule: TypeAlias = float | Schedule
+
 OptionalTensor: TypeAlias = Tensor | None
 
 ListOfTensors = list[Tensor]
@@ -60,6 +79,10 @@ SequenceOfOptionalTensors = Sequence[OptionalTensor]
 OptionalTensorOrOptionalTensors: TypeAlias = OptionalTensor | SequenceOfOptionalTensors
 OptionalTensorTree: TypeAlias = PyTreeTypeVar(  # type: ignore[valid-type]
     "OptionalTensorTree", OptionalTensor)
+
+Params: TypeAlias = TensorTree
+Updates: TypeAlias = Params  # updates have the structure of the parameters
+OptState: TypeAlias = TensorTree
 
 TensorContainer = dict[str, Tensor | None]
 ModuleTensorContainers = tuple[TensorContainer, ...]
