@@ -62,6 +62,13 @@ from optax_compat.tree_utils._tree_math import (
 # Transforms and aliases (issue 3) -------------------------------------------------------------
 
 # Combinators and wrappers (issue 4) -----------------------------------------------------------
+from optax_compat.transforms._accumulation import (
+    MultiSteps,
+    MultiStepsState,
+    ShouldSkipUpdateFunction,
+    skip_large_updates,
+    skip_not_finite,
+)
 from optax_compat.transforms._combining import (
     MultiTransformState,
     PartitionState,
@@ -69,6 +76,15 @@ from optax_compat.transforms._combining import (
     multi_transform,
     named_chain,
     partition,
+)
+from optax_compat.transforms._conditionality import (
+    ApplyIfFiniteState,
+    ConditionallyMaskState,
+    ConditionallyTransformState,
+    ConditionFn,
+    apply_if_finite,
+    conditionally_mask,
+    conditionally_transform,
 )
 from optax_compat.transforms._masking import MaskedNode, MaskedState, masked
 

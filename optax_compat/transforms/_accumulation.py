@@ -1,0 +1,232 @@
+"""Transformations that accumulate updates over steps (mirrors ``optax/transforms/_accumulation.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from optax_compat._src import base, control_flow, numerics
+from optax_compat._src import tree_math as tm
+from optax_compat.tree_utils import _tree_math
+
+
+# ----------------------------------------------------------------------------------------------
+# Gradient accumulation over mini-steps (MultiSteps) and its skip criteria.
+
+
+class ShouldSkipUpdateFunction(Protocol):
+    """Decides whether :class:`MultiSteps` should ignore a mini-step."""
+
+    def __call__(self, updates: base.Updates, gradient_step: torch.Tensor,
+                 params: base.Params | None) -> tuple[torch.Tensor, base.ArrayTree]:
+        """Returns whether to skip ``updates``, and a tree kept in ``MultiStepsState.skip_state``.
+
+        Args:
+          updates: the updates of this mini-step.
+          gradient_step: the current gradient step (``MultiStepsState.gradient_step``).
+          params: the current params, if known.
+
+        Returns:
+          A boolean 0-d tensor (true to skip) and a tree of debugging information.
+        """
+
+
+def skip_not_finite(updates: base.Updates, gradient_step: torch.Tensor,
+                    params: base.Params | None) -> tuple[torch.Tensor, base.ArrayTree]:
+    """Skips updates that contain an Inf or a NaN.
+
+    Args:
+      updates: see :class:`ShouldSkipUpdateFunction`.
+      gradient_step: unused.
+      params: unused.
+
+    Returns:
+      Whether to skip, and ``{'should_skip': ..., 'num_not_finite': ...}`` where
+      ``num_not_finite`` counts the non-finite elements of ``updates``.
+    """
+    del gradient_step, params
+    counts = [torch.logical_not(torch.isfinite(leaf)).sum() for leaf in tm.leaves(updates)]
+    num_not_finite = torch.stack(counts).sum() if counts else torch.zeros([], dtype=torch.int64)
+    should_skip = num_not_finite > 0
+    return should_skip, {"should_skip": should_skip, "num_not_finite": num_not_finite}
+
+
+def skip_large_updates(updates: base.Updates, gradient_step: torch.Tensor,
+                       params: base.Params | None,
+                       max_squared_norm: float | torch.Tensor) -> tuple[torch.Tensor,
+                                                                       base.ArrayTree]:
+    """Skips updates whose squared global norm is not below ``max_squared_norm`` (or is NaN).
+
+    Bind ``max_squared_norm`` with :func:`functools.partial` to get a
+    :class:`ShouldSkipUpdateFunction`.
+
+    Args:
+      updates: see :class:`ShouldSkipUpdateFunction`.
+      gradient_step: unused.
+      params: unused.
+      max_squared_norm: the largest accepted squared global norm (exclusive).
+
+    Returns:
+      Whether to skip, and ``{'should_skip': ..., 'norm_squared': ...}``.
+    """
+    del gradient_step, params
+    norm_squared = tm.sum_of_squares(tm.leaves(updates))
+    should_skip = torch.logical_not(norm_squared < max_squared_norm)
+    return should_skip, {"should_skip": should_skip, "norm_squared": norm_squared}
+
+
+class MultiStepsState(NamedTuple):
+    """State of :class:`MultiSteps`.
+
+    Attributes:
+      mini_step: mini-steps accumulated so far in this gradient step (reset to 0 on emit).
+      gradient_step: gradient steps emitted so far.
+      inner_opt_state: the state of the wrapped optimizer.
+      acc_grads: the gradients accumulated over the current mini-steps.
+      skip_state: what ``should_skip_update_fn`` returned last (debugging information).
+    """
+
+    mini_step: torch.Tensor
+    gradient_step: torch.Tensor
+    inner_opt_state: Any
+    acc_grads: Any
+    skip_state: base.ArrayTree = ()
+
+
+def _never_skip(updates: base.Updates, gradient_step: torch.Tensor,
+                params: base.Params | None) -> tuple[torch.Tensor, base.ArrayTree]:
+    del updates, gradient_step, params
+    return torch.tensor(False), ()
+
+
+class MultiSteps:
+    """Accumulates gradients over several mini-steps before applying the wrapped optimizer.
+
+    Each ``update`` adds the incoming gradients to an accumulator (their running mean, or sum)
+    and returns zeros, except on the last mini-step of a gradient step: then the wrapped
+    optimizer is applied to the accumulated gradients, its updates are returned and the
+    accumulator is reset. The number of mini-steps per gradient step comes from
+    ``every_k_schedule`` and may change over training (growing the effective batch size).
+
+    As in Optax, the wrapped optimizer runs on every mini-step and its new state is only kept
+    on emitting steps; the selections use ``torch.where``, never a host sync.
+    """
+
+    def __init__(
+        self,
+        opt: base.GradientTransformation,
+        every_k_schedule: int | Callable[[torch.Tensor], int | torch.Tensor],
+        use_grad_mean: bool = True,
+        should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
+        accumulator_dtype: torch.dtype | None = torch.float32,
+    ):
+        """Wraps ``opt``.
+
+        Args:
+          opt: the wrapped optimizer.
+          every_k_schedule: the number of mini-steps per gradient step, as an int >= 1 or as a
+            function of the gradient step count.
+          use_grad_mean: average the accumulated gradients (Welford's running mean) if true,
+            else sum them.
+          should_skip_update_fn: decides which mini-steps to ignore altogether (see
+            :func:`skip_not_finite`, :func:`skip_large_updates`); what it returns besides the
+            decision is stored in ``MultiStepsState.skip_state``.
+          accumulator_dtype: dtype of the accumulated gradients; ``None`` keeps the params'.
+
+        Raises:
+          ValueError: if ``every_k_schedule`` is an int below 1.
+          TypeError: if ``every_k_schedule`` is neither an int nor callable.
+        """
+        self._opt = base.with_extra_args_support(opt)
+        if isinstance(every_k_schedule, bool) or not (
+                isinstance(every_k_schedule, int) or callable(every_k_schedule)):
+            raise TypeError("every_k_schedule must be an int or a function of the gradient "
+                            f"step, got {every_k_schedule!r}.")
+        if isinstance(every_k_schedule, int):
+            if every_k_schedule < 1:
+                raise ValueError(
+                    f"every_k_schedule must be at least 1, got {every_k_schedule}.")
+            self._every_k_schedule = lambda step: every_k_schedule
+        else:
+            self._every_k_schedule = every_k_schedule
+        self._use_grad_mean = use_grad_mean
+        self._accumulator_dtype = accumulator_dtype
+        self._should_skip_update_fn = should_skip_update_fn or _never_skip
+
+    @property
+    def inner_opt(self) -> base.GradientTransformationExtraArgs:
+        """The wrapped optimizer (with extra-args support)."""
+        return self._opt
+
+    def init(self, params: base.Params) -> MultiStepsState:
+        """Returns the initial :class:`MultiStepsState` for ``params``."""
+        gradient_step = torch.zeros([], dtype=torch.int32)
+        _, skip_state = self._should_skip_update_fn(
+            _tree_math.tree_zeros_like(params), gradient_step, params)
+        return MultiStepsState(
+            mini_step=torch.zeros([], dtype=torch.int32),
+            gradient_step=gradient_step,
+            inner_opt_state=self._opt.init(params),
+            acc_grads=_tree_math.tree_zeros_like(params, dtype=self._accumulator_dtype),
+            skip_state=skip_state)
+
+    def _accumulate(self, grads: tm.Leaves, accumulated: tm.Leaves,
+                    mini_step: torch.Tensor) -> tm.Leaves:
+        if self._use_grad_mean:
+            # Welford's running mean: acc + (grad - acc) / (n + 1).
+            return tm.add(accumulated, tm.div(tm.sub(grads, accumulated), mini_step + 1))
+        return tm.add(grads, accumulated)
+
+    def update(self, updates: base.Updates, state: MultiStepsState,
+               params: base.Params | None = None,
+               **extra_args: Any) -> tuple[base.Updates, MultiStepsState]:
+        """Accumulates ``updates``; every ``k`` mini-steps returns the wrapped optimizer's update.
+
+        Returns zeros on the other mini-steps, and zeros with an unchanged state (except
+        ``skip_state``) on mini-steps that ``should_skip_update_fn`` rejects.
+        """
+        k_steps = self._every_k_schedule(state.gradient_step)
+        should_skip, skip_state = self._should_skip_update_fn(
+            updates, state.gradient_step, params)
+        if (not isinstance(should_skip, torch.Tensor) or should_skip.dtype != torch.bool
+                or should_skip.shape != ()):
+            raise ValueError(
+                "The `should_skip_update_fn` function should return a boolean scalar tensor, "
+                f"but it returned {should_skip!r}.")
+
+        grads, spec = tm.flatten(updates)
+        accumulated = tm.leaves_like(state.acc_grads, spec, "state.acc_grads", updates)
+        accumulated = self._accumulate(grads, accumulated, state.mini_step)
+        inner_updates, new_inner_state = self._opt.update(
+            tm.unflatten(spec, [a.to(g.dtype) for a, g in zip(accumulated, grads, strict=True)]),
+            state.inner_opt_state, params=params, **control_flow.without_inplace(extra_args))
+
+        emit = state.mini_step == (k_steps - 1)
+        # Optax multiplies by the 0/1 emit flag rather than selecting, so a non-finite value
+        # stays non-finite (0 * inf = nan); do the same.
+        keep = torch.logical_not(emit)
+        accumulated = tm.cast(tm.mul(accumulated, keep), self._accumulator_dtype)
+        emitted_updates = tm.tree_map(lambda u: u * emit, inner_updates)
+        stepped = MultiStepsState(
+            mini_step=torch.remainder(numerics.safe_increment(state.mini_step),
+                                      k_steps).to(state.mini_step.dtype),
+            gradient_step=torch.where(emit, numerics.safe_increment(state.gradient_step),
+                                      state.gradient_step),
+            inner_opt_state=control_flow.select_tree(emit, new_inner_state,
+                                                     state.inner_opt_state),
+            acc_grads=tm.unflatten(spec, accumulated),
+            skip_state=skip_state)
+        skipped = state._replace(skip_state=skip_state)
+        return control_flow.select_tree(
+            should_skip, (tm.tree_map(torch.zeros_like, emitted_updates), skipped),
+            (emitted_updates, stepped))
+
+    def has_updated(self, state: MultiStepsState | base.ArrayTree) -> torch.Tensor:
+        """Whether the last ``update`` emitted the wrapped optimizer's update."""
+        return torch.logical_and(state.mini_step == 0, state.gradient_step > 0)
+
+    def gradient_transformation(self) -> base.GradientTransformation:
+        """This wrapper as a :class:`GradientTransformation` (``init``, ``update``)."""
+        return base.GradientTransformation(init=self.init, update=self.update)

@@ -1,0 +1,196 @@
+"""Applying a transformation only at some steps (mirrors ``optax/transforms/_conditionality.py``).
+
+Where Optax uses ``lax.cond``, both branches run and the result is selected with
+``torch.where`` (see :mod:`optax_compat._src.control_flow`), so no update reads a tensor on the
+host. The numbers are Optax's: the rejected branch is computed but never used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from optax_compat._src import base, control_flow, numerics, tree_math
+
+
+class ConditionFn(Protocol):
+    """Decides from the step counter (and optionally extra args) whether to transform."""
+
+    def __call__(self, step: torch.Tensor, **extra_args: Any) -> torch.Tensor | bool:
+        """Returns a boolean (0-d tensor) telling whether the inner transformation applies.
+
+        Args:
+          step: the number of previous ``update`` calls, an int32 0-d tensor.
+          **extra_args: the extra arguments of ``update``, if forwarded.
+        """
+
+
+def _zero_step() -> torch.Tensor:
+    return torch.zeros([], dtype=torch.int32)
+
+
+def _zeros_like_tree(tree: base.Updates) -> base.Updates:
+    return tree_math.tree_map(torch.zeros_like, tree)
+
+
+class ConditionallyTransformState(NamedTuple):
+    """The inner state and the number of previous ``update`` calls."""
+
+    inner_state: Any
+    step: torch.Tensor
+
+
+def conditionally_transform(
+    inner: base.GradientTransformation,
+    should_transform_fn: ConditionFn,
+    forward_extra_args: bool = False,
+) -> base.GradientTransformationExtraArgs:
+    """Applies ``inner`` at the steps ``should_transform_fn`` selects; else passes through.
+
+    When the condition is false, updates and inner state are left unchanged (use
+    :func:`conditionally_mask` to zero the updates instead).
+
+    Args:
+      inner: the transformation to apply conditionally.
+      should_transform_fn: maps the step counter (int32 0-d tensor; plus the extra args if
+        ``forward_extra_args``) to a boolean 0-d tensor.
+      forward_extra_args: also pass the extra arguments of ``update`` to
+        ``should_transform_fn``.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`.
+    """
+    inner = base.with_extra_args_support(inner)
+
+    def init_fn(params: base.Params) -> ConditionallyTransformState:
+        return ConditionallyTransformState(inner_state=inner.init(params), step=_zero_step())
+
+    def update_fn(updates: base.Updates, state: ConditionallyTransformState,
+                  params: base.Params | None = None,
+                  **extra_args: Any) -> tuple[base.Updates, ConditionallyTransformState]:
+        condition_kwargs = extra_args if forward_extra_args else {}
+        new_updates, new_inner_state = control_flow.cond(
+            should_transform_fn(state.step, **condition_kwargs),
+            lambda: inner.update(updates, state.inner_state, params,
+                                 **control_flow.without_inplace(extra_args)),
+            lambda: (updates, state.inner_state))
+        return new_updates, ConditionallyTransformState(
+            new_inner_state, numerics.safe_increment(state.step))
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+class ConditionallyMaskState(NamedTuple):
+    """The number of previous ``update`` calls and the inner state."""
+
+    step: torch.Tensor
+    inner_state: base.OptState
+
+
+def conditionally_mask(
+    inner: base.GradientTransformation,
+    should_transform_fn: ConditionFn,
+    forward_extra_args: bool = False,
+) -> base.GradientTransformationExtraArgs:
+    """Applies ``inner`` at the steps ``should_transform_fn`` selects; else zeroes the updates.
+
+    When the condition is false the inner state is left unchanged and the updates are set to
+    zero (use :func:`conditionally_transform` to pass them through instead).
+
+    Args:
+      inner: the transformation to apply conditionally.
+      should_transform_fn: maps the step counter (int32 0-d tensor; plus the extra args if
+        ``forward_extra_args``) to a boolean 0-d tensor.
+      forward_extra_args: also pass the extra arguments of ``update`` to
+        ``should_transform_fn``.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`.
+    """
+    inner = base.with_extra_args_support(inner)
+
+    def init_fn(params: base.Params) -> ConditionallyMaskState:
+        return ConditionallyMaskState(step=_zero_step(), inner_state=inner.init(params))
+
+    def update_fn(updates: base.Updates, state: ConditionallyMaskState,
+                  params: base.Params | None = None,
+                  **extra_args: Any) -> tuple[base.Updates, ConditionallyMaskState]:
+        condition_kwargs = extra_args if forward_extra_args else {}
+        new_updates, new_inner_state = control_flow.cond(
+            should_transform_fn(state.step, **condition_kwargs),
+            lambda: inner.update(updates, state.inner_state, params,
+                                 **control_flow.without_inplace(extra_args)),
+            lambda: (_zeros_like_tree(updates), state.inner_state))
+        return new_updates, ConditionallyMaskState(
+            step=numerics.safe_increment(state.step), inner_state=new_inner_state)
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+class ApplyIfFiniteState(NamedTuple):
+    """State of :func:`apply_if_finite`.
+
+    Attributes:
+      notfinite_count: consecutive updates that contained an Inf or a NaN (reset to 0 by a
+        finite one).
+      last_finite: whether the last update was finite.
+      total_notfinite: all updates that contained an Inf or a NaN since ``init``.
+      inner_state: the state of the inner transformation.
+    """
+
+    notfinite_count: Any
+    last_finite: Any
+    total_notfinite: Any
+    inner_state: Any
+
+
+def all_finite(tree: base.Updates) -> torch.Tensor:
+    """A boolean 0-d tensor: whether every element of every leaf of ``tree`` is finite."""
+    leaves = tree_math.leaves(tree)
+    if not leaves:
+        return torch.tensor(True)
+    return torch.stack([torch.isfinite(leaf).all() for leaf in leaves]).all()
+
+
+def apply_if_finite(
+    inner: base.GradientTransformation, max_consecutive_errors: int,
+) -> base.GradientTransformation:
+    """Skips updates that contain a NaN or an Inf, up to ``max_consecutive_errors`` in a row.
+
+    A skipped update returns zeros and leaves the inner state unchanged. After more than
+    ``max_consecutive_errors`` consecutive non-finite updates the wrapper gives up and lets
+    them through.
+
+    Args:
+      inner: the transformation to protect.
+      max_consecutive_errors: how many consecutive non-finite updates to ignore.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs` with an :class:`ApplyIfFiniteState`.
+    """
+    inner = base.with_extra_args_support(inner)
+
+    def init_fn(params: base.Params) -> ApplyIfFiniteState:
+        return ApplyIfFiniteState(
+            notfinite_count=_zero_step(), last_finite=torch.tensor(True),
+            total_notfinite=_zero_step(), inner_state=inner.init(params))
+
+    def update_fn(updates: base.Updates, state: ApplyIfFiniteState,
+                  params: base.Params | None = None,
+                  **extra_args: Any) -> tuple[base.Updates, ApplyIfFiniteState]:
+        isfinite = all_finite(updates)
+        notfinite_count = torch.where(isfinite, _zero_step(),
+                                      numerics.safe_increment(state.notfinite_count))
+        new_updates, new_inner_state = control_flow.cond(
+            isfinite | (notfinite_count > max_consecutive_errors),
+            lambda: inner.update(updates, state.inner_state, params,
+                                 **control_flow.without_inplace(extra_args)),
+            lambda: (_zeros_like_tree(updates), state.inner_state))
+        return new_updates, ApplyIfFiniteState(
+            notfinite_count=notfinite_count, last_finite=isfinite,
+            total_notfinite=torch.where(isfinite, state.total_notfinite,
+                                        numerics.safe_increment(state.total_notfinite)),
+            inner_state=new_inner_state)
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
