@@ -1,0 +1,235 @@
+"""Property checks for gradient transformations: purity, stable state, gradients, compilation.
+
+Each check runs ``init`` and a few ``update`` steps on the given parameters and gradients and
+raises ``AssertionError`` with a short reason naming the step and the tree path at fault.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from optax_compat._src import base, tree_math
+from optax_compat._src.update import apply_updates
+from optax_compat.testing._asserts import ATOL, RTOL, assert_trees_all_close, leaves_with_paths
+from optax_compat.testing._steps import (
+    ExtraArgsLike,
+    GradsLike,
+    extra_args_at,
+    grads_at,
+    train_step,
+)
+
+
+class _Snapshot:
+    """Remembers a tree's containers, leaf objects, tensor versions and values."""
+
+    def __init__(self, tree: Any, what: str) -> None:
+        self.tree, self.what = tree, what
+        self.spec = tree_math.treespec(tree)
+        self.leaves = leaves_with_paths(tree)
+        self.records = [(path, leaf, leaf._version, leaf.detach().clone())
+                        for path, leaf in self.leaves if isinstance(leaf, torch.Tensor)]
+
+    def assert_unchanged(self, during: str) -> None:
+        now = leaves_with_paths(self.tree)
+        if (tree_math.treespec(self.tree) != self.spec
+                or any(a is not b for (_, a), (_, b) in zip(now, self.leaves, strict=False))):
+            raise AssertionError(f"{during} modified the containers of {self.what} in place "
+                                 f"(its leaves are no longer the objects passed in).")
+        for path, leaf, version, values in self.records:
+            if leaf._version != version or not _equal_with_nan(leaf, values):
+                raise AssertionError(f"{during} modified {self.what}{path} in place.")
+
+
+def _equal_with_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def check_pure(tx: base.GradientTransformation, params: Any, grads: GradsLike, steps: int = 2,
+               extra_args: ExtraArgsLike = None) -> None:
+    """Checks that ``init`` and ``update`` never mutate their inputs and are repeatable.
+
+    ``init(params)`` must leave ``params`` alone; each ``update(grads, state, params)`` must leave
+    all three alone (containers, tensor values and tensor version counters), and calling it a
+    second time with the same inputs must give the same updates and state.
+
+    Args:
+      tx: the transformation under test.
+      params: parameters.
+      grads: a gradient tree used at every step, or ``step -> gradient tree``.
+      steps: number of update steps (the params are updated between steps).
+      extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
+
+    Raises:
+      AssertionError: naming the call, the input and the path that was modified.
+    """
+    snapshot = _Snapshot(params, "params")
+    state = tx.init(params)
+    snapshot.assert_unchanged("init")
+    for step in range(steps):
+        grad, kwargs = grads_at(grads, step), extra_args_at(extra_args, step)
+        during = f"update at step {step}"
+        snapshots = [_Snapshot(grad, "updates"), _Snapshot(state, "state"),
+                     _Snapshot(params, "params")]
+        updates, new_state = tx.update(grad, state, params, **kwargs)
+        for snapshot in snapshots:
+            snapshot.assert_unchanged(during)
+        again_updates, again_state = tx.update(grad, state, params, **kwargs)
+        assert_trees_all_close(again_updates, updates, rtol=0.0, atol=0.0,
+                               what=f"updates of a repeated {during}")
+        assert_trees_all_close(again_state, new_state, rtol=0.0, atol=0.0,
+                               what=f"state of a repeated {during}")
+        params, state = apply_updates(params, updates), new_state
+
+
+def _leaf_signature(leaf: Any) -> str:
+    if isinstance(leaf, torch.Tensor):
+        return f"{tuple(leaf.shape)} {leaf.dtype} on {leaf.device}"
+    return type(leaf).__name__
+
+
+def check_state_stable(tx: base.GradientTransformation, params: Any, grads: GradsLike,
+                       steps: int = 3, extra_args: ExtraArgsLike = None) -> None:
+    """Checks that the state keeps its structure, shapes, dtypes and devices across steps.
+
+    Args:
+      tx: the transformation under test.
+      params: parameters.
+      grads: a gradient tree used at every step, or ``step -> gradient tree``.
+      steps: number of update steps.
+      extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
+
+    Raises:
+      AssertionError: naming the step and the first state path that changed.
+    """
+    initial = state = tx.init(params)
+    expected = leaves_with_paths(initial)
+    for step in range(steps):
+        params, _, state = train_step(tx, params, state, grads_at(grads, step),
+                                      extra_args_at(extra_args, step))
+        where = f"The state after step {step + 1} differs from the initial state"
+        if tree_math.treespec(state) != tree_math.treespec(initial):
+            raise AssertionError(f"{where}: {tree_math.first_difference(initial, state)}.")
+        for (path, before), (_, after) in zip(expected, leaves_with_paths(state), strict=True):
+            if _leaf_signature(before) != _leaf_signature(after):
+                raise AssertionError(f"{where} at {path}: {_leaf_signature(before)} became "
+                                     f"{_leaf_signature(after)}.")
+
+
+def _fixed_weights(leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(leaf.shape, generator=generator, dtype=torch.float64) for leaf in leaves]
+
+
+def check_differentiable(tx: base.GradientTransformation | Callable[[torch.Tensor], Any],
+                         params: Any, grads: GradsLike, steps: int = 2,
+                         hyperparameter: torch.Tensor | float | None = None,
+                         extra_args: ExtraArgsLike = None, atol: float = 1e-5,
+                         rtol: float = 1e-3) -> None:
+    """Checks autograd through ``steps`` updates against finite differences (in float64).
+
+    The gradient at each step is that of a quadratic around the drawn gradient,
+    ``grads + params``, so the updates depend on the parameters as in meta-learning. The
+    function checked with :func:`torch.autograd.gradcheck` is a fixed random weighting of the
+    parameters after ``steps`` steps, as a function of the initial parameters or, when
+    ``hyperparameter`` is given, of that hyperparameter (``tx`` is then a factory taking it).
+
+    Args:
+      tx: the transformation under test, or ``hyperparameter -> transformation``.
+      params: initial parameters (cast to float64).
+      grads: a gradient tree used at every step, or ``step -> gradient tree``.
+      steps: number of update steps.
+      hyperparameter: the value at which to differentiate w.r.t. a hyperparameter.
+      extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
+      atol: absolute tolerance of the gradient comparison.
+      rtol: relative tolerance of the gradient comparison.
+
+    Raises:
+      AssertionError: with gradcheck's reason when the gradients disagree or do not exist.
+    """
+    to_float64 = lambda tree: tree_math.tree_map(lambda x: x.detach().to(torch.float64), tree)
+    param_leaves, spec = tree_math.flatten(to_float64(params))
+    weights = _fixed_weights(param_leaves)
+
+    def objective(*inputs: torch.Tensor) -> torch.Tensor:
+        if hyperparameter is None:
+            transform, current = tx, tree_math.unflatten(spec, list(inputs))
+        else:
+            transform, current = tx(inputs[0]), tree_math.unflatten(spec, param_leaves)
+        state = transform.init(current)
+        for step in range(steps):
+            grad = tree_math.unflatten(spec, tree_math.add(
+                tree_math.leaves(to_float64(grads_at(grads, step))), tree_math.leaves(current)))
+            current, _, state = train_step(transform, current, state, grad,
+                                           extra_args_at(extra_args, step))
+        total = torch.zeros((), dtype=torch.float64)
+        for weight, leaf in zip(weights, tree_math.leaves(current), strict=True):
+            total = total + (weight * leaf).sum()
+        return total
+
+    if hyperparameter is None:
+        inputs = [leaf.clone().requires_grad_() for leaf in param_leaves]
+    else:
+        inputs = [torch.as_tensor(hyperparameter, dtype=torch.float64).clone().requires_grad_()]
+    try:
+        torch.autograd.gradcheck(objective, inputs, atol=atol, rtol=rtol, fast_mode=True)
+    except RuntimeError as error:  # GradcheckError and autograd's own errors
+        wrt = "the parameters" if hyperparameter is None else "the hyperparameter"
+        reason = str(error).strip().splitlines()[0]
+        raise AssertionError(f"The parameters after {steps} steps are not correctly "
+                             f"differentiable w.r.t. {wrt}: {reason}") from error
+
+
+def _fresh_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of ``fn`` with its own code object, so that Dynamo compiles it from scratch.
+
+    Dynamo caches compiled frames on the code object; a step function defined inside a check
+    shares its code object across calls, and reaching the recompilation limit would silently
+    fall back to eager execution.
+    """
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsLike,
+                     backend: str = "inductor", extra_args: ExtraArgsLike = None,
+                     rtol: float | None = None, atol: float | None = None) -> None:
+    """Checks that ``torch.compile(fullgraph=True)`` of one training step runs and matches eager.
+
+    The step is ``update`` followed by ``apply_updates``; a host synchronisation (``.item()``,
+    a Python ``if`` on a tensor) or an unsupported construct fails compilation.
+
+    Args:
+      tx: the transformation under test.
+      params: parameters.
+      grads: the gradient tree (or ``step -> gradient tree``; step 0 is used).
+      backend: the ``torch.compile`` backend (``"eager"`` checks graph capture only, quickly).
+      extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
+      rtol: relative tolerance against eager; by default ten times the dtype's usual one.
+      atol: absolute tolerance against eager; by default ten times the dtype's usual one.
+
+    Raises:
+      AssertionError: with the compiler's reason, or naming the first path that differs.
+    """
+    state, grad, kwargs = tx.init(params), grads_at(grads, 0), extra_args_at(extra_args, 0)
+
+    def step(params: Any, state: Any, grad: Any) -> tuple[Any, Any, Any]:
+        return train_step(tx, params, state, grad, kwargs)
+
+    eager = step(params, state, grad)
+    compiled_step = torch.compile(_fresh_function(step), fullgraph=True, backend=backend)
+    try:
+        compiled = compiled_step(params, state, grad)
+    except Exception as error:  # Dynamo and Inductor raise many types
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise AssertionError(f"torch.compile(fullgraph=True) of one step failed: "
+                             f"{type(error).__name__}: {reason}") from error
+    dtype = tree_math.widest_real_dtype(tree_math.leaves(params))
+    assert_trees_all_close(
+        compiled, eager, rtol=10 * RTOL.get(dtype, 1e-5) if rtol is None else rtol,
+        atol=10 * ATOL.get(dtype, 1e-6) if atol is None else atol,
+        what="compiled (params, updates, state)")
