@@ -1,0 +1,282 @@
+"""Times one optimizer step (update + apply) of optax_compat against torch.optim, TorchOpt, Optax.
+
+Run ``python benchmarks/bench_step.py`` for the full table, or e.g.
+``python benchmarks/bench_step.py --sizes a --optimizers adam --repeats 10`` for a quick look.
+
+Every implementation runs in this one process on the same parameter shapes, CPU, float32:
+
+* ``optax_compat``: the pure alias, ``update`` then ``apply_updates`` (new tensors each step);
+* ``optax_compat inplace``: the in-place path, ``optax_compat._src.fused`` for Adam/AdamW
+  (PyTorch's fused kernel on the alias's own state) and ``update(..., inplace=True)`` followed
+  by an in-place add for the others (shown only where the transforms accept ``inplace``);
+* ``torch.optim foreach`` / ``fused``: ``step()`` with the gradients already in ``.grad``;
+* ``torchopt``: TorchOpt 0.7.3 with ``inplace=True`` (only if it is importable);
+* ``optax jit``: ``jax.jit`` of update + apply_updates (only if JAX and Optax are importable).
+
+Sizes: (a) 4M parameters in 100 tensors, (b) 1M in 1000, (c) 32M in 200; tensors are 2-D so
+that Adafactor factors them. A time is the median over ``--repeats`` steps after ``--warmup``
+steps. Ratios are against ``torch.optim foreach`` of the same optimizer (Lion, which
+torch.optim lacks, is compared with ``torch.optim.Adam`` foreach; ``torch.optim.Adafactor``
+is a different variant of the algorithm than Optax's and serves only as a yardstick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import optax_compat
+from optax_compat._src import fused
+
+SIZES = {"a": (4_000_000, 100), "b": (1_000_000, 1000), "c": (32_000_000, 200)}
+OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adafactor")
+LEARNING_RATE = 1e-3
+WEIGHT_DECAY = 1e-2
+MOMENTUM = 0.9
+
+Step = Callable[[], None]
+Setup = Callable[[list[tuple[int, int]]], Step]
+
+
+def shapes_for(total: int, count: int) -> list[tuple[int, int]]:
+    """``count`` near-square matrices of about ``total / count`` elements each."""
+    per_tensor = total // count
+    rows = int(math.sqrt(per_tensor))
+    return [(rows, per_tensor // rows)] * count
+
+
+def random_tensors(shapes: list[tuple[int, int]], seed: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator) for shape in shapes]
+
+
+# ----------------------------------------------------------------------------------------------
+# optax_compat.
+
+
+def optax_compat_alias(name: str) -> Any:
+    return {
+        "adam": lambda: optax_compat.adam(LEARNING_RATE),
+        "adamw": lambda: optax_compat.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY),
+        "sgd": lambda: optax_compat.sgd(LEARNING_RATE, momentum=MOMENTUM),
+        "lion": lambda: optax_compat.lion(LEARNING_RATE),
+        "adafactor": lambda: optax_compat.adafactor(LEARNING_RATE),
+    }[name]()
+
+
+def ours_pure(name: str) -> Setup:
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+        tx = optax_compat_alias(name)
+        current = {"params": params, "state": tx.init(params)}
+
+        def step() -> None:
+            updates, current["state"] = tx.update(grads, current["state"], current["params"])
+            current["params"] = optax_compat.apply_updates(current["params"], updates)
+
+        return step
+
+    return setup
+
+
+def ours_inplace(name: str) -> Setup | None:
+    if name in ("adam", "adamw"):
+        def setup_fused(shapes: list[tuple[int, int]]) -> Step:
+            params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+            optimizer = (fused.adam(LEARNING_RATE) if name == "adam"
+                         else fused.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY))
+            state = optimizer.init(params)
+            return lambda: optimizer.step(params, grads, state)
+
+        return setup_fused
+
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+        tx = optax_compat_alias(name)
+        current = {"state": tx.init(params)}
+
+        def step() -> None:
+            # ``inplace=True`` may write into the incoming updates: give it a scratch copy.
+            scratch = torch._foreach_mul(grads, 1.0)
+            updates, current["state"] = tx.update(scratch, current["state"], params,
+                                                  inplace=True)
+            torch._foreach_add_(params, updates)
+
+        return step
+
+    return setup
+
+
+# ----------------------------------------------------------------------------------------------
+# torch.optim.
+
+
+def torch_optim(name: str, implementation: str) -> Setup | None:
+    classes: dict[str, tuple[type, dict]] = {
+        "adam": (torch.optim.Adam, {}),
+        "adamw": (torch.optim.AdamW, {"weight_decay": WEIGHT_DECAY}),
+        "sgd": (torch.optim.SGD, {"momentum": MOMENTUM}),
+        "lion": (torch.optim.Adam, {}),  # no Lion in torch.optim: Adam as the yardstick
+    }
+    if hasattr(torch.optim, "Adafactor"):
+        classes["adafactor"] = (torch.optim.Adafactor, {"lr": 1e-2})
+    if name not in classes:
+        return None
+    cls, kwargs = classes[name]
+    if implementation == "fused" and (name == "lion" or cls is getattr(torch.optim, "Adafactor",
+                                                                        None)):
+        return None
+    kwargs = {"lr": LEARNING_RATE, **kwargs, implementation: True}
+
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
+        for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
+            param.grad = grad
+        return cls(params, **kwargs).step
+
+    return setup
+
+
+# ----------------------------------------------------------------------------------------------
+# TorchOpt and Optax, when installed.
+
+
+def torchopt_step(name: str) -> Setup | None:
+    try:
+        import torchopt
+    except Exception:  # torchopt 0.7.3 can fail in many ways on current torch: skip it
+        return None
+    factories = {
+        "adam": lambda: torchopt.adam(LEARNING_RATE),
+        "adamw": lambda: torchopt.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY),
+        "sgd": lambda: torchopt.sgd(LEARNING_RATE, momentum=MOMENTUM),
+    }
+    if name not in factories:
+        return None
+
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params, grads = tuple(random_tensors(shapes, 0)), tuple(random_tensors(shapes, 1))
+        tx = factories[name]()
+        current = {"state": tx.init(params)}
+
+        def step() -> None:
+            updates, current["state"] = tx.update(grads, current["state"], params=params,
+                                                  inplace=True)
+            torchopt.apply_updates(params, updates, inplace=True)
+
+        return step
+
+    return setup
+
+
+def optax_jit(name: str) -> Setup | None:
+    try:
+        import jax
+        import jax.numpy as jnp
+        import optax
+    except Exception:  # torchopt 0.7.3 can fail in many ways on current torch: skip it
+        return None
+    factories = {
+        "adam": lambda: optax.adam(LEARNING_RATE),
+        "adamw": lambda: optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY),
+        "sgd": lambda: optax.sgd(LEARNING_RATE, momentum=MOMENTUM),
+        "lion": lambda: optax.lion(LEARNING_RATE),
+        "adafactor": lambda: optax.adafactor(LEARNING_RATE),
+    }
+
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
+        grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
+        tx = factories[name]()
+
+        @jax.jit
+        def jitted(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
+            updates, state = tx.update(grads, state, params)
+            return optax.apply_updates(params, updates), state
+
+        current = {"params": params, "state": tx.init(params)}
+
+        def step() -> None:
+            current["params"], current["state"] = jitted(current["params"], current["state"],
+                                                         grads)
+            jax.block_until_ready(current["params"])
+
+        return step
+
+    return setup
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def implementations(name: str) -> list[tuple[str, Setup | None]]:
+    return [
+        ("torch.optim foreach", torch_optim(name, "foreach")),
+        ("torch.optim fused", torch_optim(name, "fused")),
+        ("optax_compat", ours_pure(name)),
+        ("optax_compat inplace", ours_inplace(name)),
+        ("torchopt", torchopt_step(name)),
+        ("optax jit", optax_jit(name)),
+    ]
+
+
+def median_seconds(step: Step, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="a,b,c",
+                        help="comma-separated among a (4M/100), b (1M/1000), c (32M/200)")
+    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
+                        help=f"comma-separated among {', '.join(OPTIMIZERS)}")
+    parser.add_argument("--repeats", type=int, default=20, help="timed steps (median)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every size's parameter count (e.g. 0.1 for a quick run)")
+    args = parser.parse_args()
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; "
+          f"median of {args.repeats} steps after {args.warmup} warm-up steps")
+    header = f"{'size':<6}{'optimizer':<11}{'implementation':<22}{'ms':>10}{'x foreach':>11}"
+    print(header)
+    print("-" * len(header))
+    for size in args.sizes.split(","):
+        total, count = SIZES[size]
+        shapes = shapes_for(int(total * args.scale), count)
+        for name in args.optimizers.split(","):
+            baseline = None
+            for label, setup in implementations(name):
+                if setup is None:
+                    continue
+                try:
+                    step = setup(shapes)
+                    seconds = median_seconds(step, args.repeats, args.warmup)
+                except TypeError as error:  # e.g. a transform without ``inplace`` support
+                    print(f"{size:<6}{name:<11}{label:<22}{'n/a':>10}   ({error})")
+                    continue
+                finally:
+                    step = None
+                    gc.collect()
+                if baseline is None:
+                    baseline = seconds
+                print(f"{size:<6}{name:<11}{label:<22}{seconds * 1e3:>10.2f}"
+                      f"{seconds / baseline:>11.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
