@@ -87,5 +87,12 @@ from optax_compat.transforms._conditionality import (
     conditionally_transform,
 )
 from optax_compat.transforms._masking import MaskedNode, MaskedState, masked
+from optax_compat.schedules._inject import (
+    InjectHyperparamsState,
+    InjectStatefulHyperparamsState,
+    WrappedSchedule,
+    inject_hyperparams,
+    inject_stateful_hyperparams,
+)
 
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.

@@ -1,6 +1,13 @@
 """Schedules (mirrors ``optax.schedules``)."""
 
 from optax_compat._src.base import Schedule, StatefulSchedule
+from optax_compat.schedules._inject import (
+    InjectHyperparamsState,
+    InjectStatefulHyperparamsState,
+    WrappedSchedule,
+    inject_hyperparams,
+    inject_stateful_hyperparams,
+)
 from optax_compat.schedules._join import join_schedules
 from optax_compat.schedules._schedule import (
     constant_schedule,
