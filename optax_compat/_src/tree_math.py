@@ -176,7 +176,7 @@ def neg(xs: Leaves) -> Leaves:
     return list(torch._foreach_neg(xs)) if xs else []
 
 
-def abs(xs: Leaves) -> Leaves:  # noqa: A001 - mirrors torch.abs
+def abs(xs: Leaves) -> Leaves:
     """``|x|`` per leaf."""
     return list(torch._foreach_abs(xs)) if xs else []
 
@@ -294,3 +294,46 @@ def map_over_prefix(fn: Callable[..., Any], prefix: Any, *trees: Any, what: str)
             if errors:
                 raise errors[0](what) from None
         raise
+
+
+# ----------------------------------------------------------------------------------------------
+# In-place counterparts, for the opt-in ``inplace=True`` paths of transforms. Each one runs the
+# same kernels as its pure twin above, so both paths give bit-identical numbers.
+
+
+def add_scaled_(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
+    """Writes ``x + scale * y`` into each ``x``; the in-place twin of :func:`add_scaled`."""
+    if not xs:
+        return xs
+    if isinstance(scale, torch.Tensor):
+        torch._foreach_add_(xs, mul(ys, scale))
+    else:
+        torch._foreach_add_(xs, ys, alpha=scale)
+    return xs
+
+
+def mul_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """Writes ``x * y`` into each ``x``; the in-place twin of :func:`mul`."""
+    if xs:
+        torch._foreach_mul_(xs, _operand(ys, len(xs)))
+    return xs
+
+
+def clamp_(xs: Leaves, low: Scalar, high: Scalar) -> Leaves:
+    """Writes ``min(max(x, low), high)`` into each ``x``; the twin of ``minimum(maximum(..))``."""
+    if xs:
+        torch._foreach_maximum_(xs, _operand(low, len(xs)))
+        torch._foreach_minimum_(xs, _operand(high, len(xs)))
+    return xs
+
+
+def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
+    """Copies each source into its destination buffer (casting to the destination's dtype)."""
+    if destinations:
+        torch._foreach_copy_(destinations, sources)
+    return destinations
+
+
+def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
+    """Whether the two lists hold leaves of equal dtypes, pairwise (in-place paths need it)."""
+    return all(x.dtype == y.dtype for x, y in zip(xs, ys, strict=True))

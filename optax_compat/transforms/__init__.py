@@ -17,4 +17,6 @@ from optax_compat.transforms._conditionality import (
     conditionally_mask,
     conditionally_transform,
 )
+from optax_compat.transforms._freezing import freeze, selective_transform
+from optax_compat.transforms._layouts import flatten
 from optax_compat.transforms._masking import MaskedNode, MaskedState, masked

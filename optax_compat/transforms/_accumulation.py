@@ -1,4 +1,4 @@
-"""Transformations that accumulate updates over steps (mirrors ``optax/transforms/_accumulation.py``)."""
+"""Accumulating updates over steps (mirrors ``optax/transforms/_accumulation.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,95 @@ import torch
 
 from optax_compat._src import base, control_flow, numerics
 from optax_compat._src import tree_math as tm
-from optax_compat.tree_utils import _tree_math
+from optax_compat.tree_utils import _casting, _tree_math
+
+
+class TraceState(NamedTuple):
+    """Holds an aggregation of past updates."""
+
+    trace: base.Params
+
+
+def trace(
+    decay: float | torch.Tensor,
+    nesterov: bool = False,
+    accumulator_dtype: Any | None = None,
+) -> base.GradientTransformationExtraArgs:
+    """Computes a trace of past updates: ``trace = updates + decay * trace`` (momentum).
+
+    Args:
+      decay: decay rate of the trace of past updates (a number or a 0-d tensor).
+      nesterov: use Nesterov momentum, i.e. return ``updates + decay * new_trace``.
+      accumulator_dtype: dtype of the stored trace; ``None`` keeps the dtype of the updates.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`. Its ``update`` also takes a keyword-only
+      ``inplace=False``: when true, the trace buffers of ``state`` are overwritten and the
+      incoming ``updates`` tensors receive the result (same numbers as the pure path).
+
+    .. note::
+      ``trace = decay * trace + t`` while ``ema = decay * ema + (1 - decay) * t``.
+    """
+
+    def init_fn(params: base.Params) -> TraceState:
+        return TraceState(trace=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
+
+    def update_fn(updates: base.Updates, state: TraceState, params: base.Params | None = None,
+                  *, inplace: bool = False, **extra_args: Any):
+        del params, extra_args
+        grads, spec = tm.flatten(updates)
+        traces = tm.leaves_like(state.trace, spec, "state.trace", reference=updates)
+        if inplace and tm.same_dtypes(grads, traces):
+            if nesterov:
+                tm.copy_(traces, tm.add_scaled(grads, decay, traces))
+                tm.add_scaled_(grads, decay, traces)
+            else:
+                tm.copy_(traces, tm.add_scaled_(grads, decay, traces))
+            return updates, state
+        new_traces = tm.add_scaled(grads, decay, traces)
+        new_updates = tm.add_scaled(grads, decay, new_traces) if nesterov else new_traces
+        new_traces = tm.cast(new_traces, accumulator_dtype)
+        return tm.unflatten(spec, new_updates), TraceState(trace=tm.unflatten(spec, new_traces))
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+class EmaState(NamedTuple):
+    """Holds an exponential moving average of past updates."""
+
+    count: torch.Tensor  # 0-d int32
+    ema: base.Params
+
+
+def ema(
+    decay: float | torch.Tensor,
+    debias: bool = True,
+    accumulator_dtype: Any | None = None,
+) -> base.GradientTransformation:
+    """Computes an exponential moving average of past updates.
+
+    Args:
+      decay: decay rate of the moving average.
+      debias: divide by ``1 - decay ** count`` to remove the bias towards the zero init.
+      accumulator_dtype: dtype of the stored average; ``None`` keeps the dtype of the updates.
+
+    Returns:
+      A :class:`GradientTransformation`.
+    """
+
+    def init_fn(params: base.Params) -> EmaState:
+        return EmaState(count=torch.zeros((), dtype=torch.int32),
+                        ema=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
+
+    def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None):
+        del params
+        new_ema = _tree_math.tree_update_moment(updates, state.ema, decay, order=1)
+        count_inc = numerics.safe_increment(state.count)
+        updates = _tree_math.tree_bias_correction(new_ema, decay, count_inc) if debias else new_ema
+        return updates, EmaState(count=count_inc,
+                                 ema=_casting.tree_cast(new_ema, accumulator_dtype))
+
+    return base.GradientTransformation(init_fn, update_fn)
 
 
 # ----------------------------------------------------------------------------------------------

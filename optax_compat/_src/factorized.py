@@ -1,0 +1,170 @@
+"""Factored second-moment estimation, the core of Adafactor (mirrors ``optax/_src/factorized.py``).
+
+A matrix-shaped leaf keeps only the running means of its squared gradient over rows and over
+columns; their outer product (normalised) estimates the full second moment. Other leaves keep
+the full moment, as RMSProp does. Leaves of each kind travel together: the unfactored ones are
+updated with one ``torch._foreach_*`` call per operation, the factored ones leaf by leaf (their
+reductions have leaf-specific axes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from optax_compat._src import base, numerics
+from optax_compat._src import tree_math as tm
+
+Scalar = float | int | torch.Tensor
+
+
+def _decay_rate_pow(i: Scalar, exponent: Scalar = 0.8) -> torch.Tensor:
+    """Adafactor's second-moment decay ``1 - (i + 1) ** -exponent``, in float32 as in Optax."""
+    # The float32 power is taken in float64 and rounded once, which reproduces XLA's correctly
+    # rounded float32 ``pow`` (torch's float32 ``pow`` can be one ulp off).
+    step = torch.as_tensor(i + 1).to(torch.float32).to(torch.float64)
+    power = step ** torch.as_tensor(-exponent, dtype=torch.float32).to(torch.float64)
+    return 1.0 - power.to(torch.float32)
+
+
+def _factored_dims(shape: tuple[int, ...], factored: bool,
+                   min_dim_size_to_factor: int) -> tuple[int, int] | None:
+    """The two largest axes ``(second, largest)`` to factor over, or ``None`` not to factor.
+
+    A leaf is factored when it has at least two axes and its second largest one has at least
+    ``min_dim_size_to_factor`` elements.
+    """
+    if not factored or len(shape) < 2:
+        return None
+    by_size = sorted(range(len(shape)), key=lambda axis: shape[axis])
+    if shape[by_size[-2]] < min_dim_size_to_factor:
+        return None
+    return by_size[-2], by_size[-1]
+
+
+class FactoredState(NamedTuple):
+    """State of :func:`scale_by_factored_rms`.
+
+    For a factored leaf ``v_row``/``v_col`` hold the row/column statistics and ``v`` a
+    placeholder of shape ``(1,)``; for the other leaves ``v`` holds the full statistics and
+    ``v_row``/``v_col`` are placeholders.
+    """
+
+    count: torch.Tensor  # 0-d int32: number of update steps
+    v_row: base.ArrayTree
+    v_col: base.ArrayTree
+    v: base.ArrayTree
+
+
+def _squared_plus(grads: list[torch.Tensor], epsilon: Scalar) -> list[torch.Tensor]:
+    """``|g| ** 2 + epsilon`` per leaf."""
+    if any(g.is_complex() for g in grads):
+        return tm.add([numerics.abs_sq(g) for g in grads], epsilon)
+    return tm.add(tm.square(grads), epsilon)
+
+
+def _moving_average(old: list[torch.Tensor], new: list[torch.Tensor],
+                    decay: Scalar) -> list[torch.Tensor]:
+    """``decay * old + (1 - decay) * new``, in the dtype of ``old``."""
+    return tm.add(tm.mul(old, decay), tm.mul(new, 1.0 - decay))
+
+
+def scale_by_factored_rms(
+    factored: bool = True,
+    decay_rate: Scalar = 0.8,
+    step_offset: Scalar = 0,
+    min_dim_size_to_factor: int = 128,
+    epsilon: Scalar = 1e-30,
+    decay_rate_fn: Callable[[Scalar, Scalar], Scalar] = _decay_rate_pow,
+) -> base.GradientTransformation:
+    """Scales updates by a factored estimate of the gradient's root mean square (Adafactor).
+
+    A "1 + epsilon" memory algorithm: for a matrix leaf it stores one vector per axis instead
+    of a full second moment.
+
+    Args:
+      factored: factor the second moment of leaves with at least two axes.
+      decay_rate: parameter of ``decay_rate_fn`` controlling the second-moment decay.
+      step_offset: subtracted from the step count (to restart the schedule for fine-tuning).
+      min_dim_size_to_factor: factor a leaf only if its two largest axes have at least this
+        many elements.
+      epsilon: added to the squared gradient.
+      decay_rate_fn: ``(step, decay_rate) -> decay`` of the second moment; Adafactor's
+        ``1 - (step + 1) ** -decay_rate`` by default.
+
+    Returns:
+      A :class:`GradientTransformation` that needs ``params`` (their shapes decide factoring).
+
+    References:
+      Shazeer et al, `Adafactor: Adaptive Learning Rates with Sublinear Memory Cost
+      <https://arxiv.org/abs/1804.04235>`_, 2018
+
+      Zhai et al, `Scaling Vision Transformers <https://arxiv.org/abs/2106.04560>`_, 2021
+    """
+
+    def factored_dims_of(param: torch.Tensor) -> tuple[int, int] | None:
+        return _factored_dims(tuple(param.shape), factored, min_dim_size_to_factor)
+
+    def init_fn(params: base.Params) -> FactoredState:
+        param_leaves, spec = tm.flatten(params)
+        v_row, v_col, v = [], [], []
+        for param in param_leaves:
+            placeholder = torch.zeros((1,), dtype=param.dtype, device=param.device)
+            dims = factored_dims_of(param)
+            if dims is None:
+                v_row.append(placeholder)
+                v_col.append(placeholder)
+                v.append(torch.zeros_like(param))
+            else:
+                row_axis, col_axis = dims
+                v_row.append(torch.zeros_like(param.sum(dim=col_axis)))
+                v_col.append(torch.zeros_like(param.sum(dim=row_axis)))
+                v.append(placeholder)
+        return FactoredState(count=torch.zeros((), dtype=torch.int32),
+                             v_row=tm.unflatten(spec, v_row), v_col=tm.unflatten(spec, v_col),
+                             v=tm.unflatten(spec, v))
+
+    def update_fn(updates: base.Updates, state: FactoredState,
+                  params: base.Params | None = None):
+        if params is None:
+            raise ValueError(f"scale_by_factored_rms: {base.NO_PARAMS_MSG}")
+        grads, spec = tm.flatten(updates)
+        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
+        v_row = tm.leaves_like(state.v_row, spec, "state.v_row", reference=updates)
+        v_col = tm.leaves_like(state.v_col, spec, "state.v_col", reference=updates)
+        v = tm.leaves_like(state.v, spec, "state.v", reference=updates)
+        decay = decay_rate_fn(state.count - step_offset, decay_rate)
+
+        new_updates, new_v_row, new_v_col, new_v = list(grads), list(v_row), list(v_col), list(v)
+        dims = [factored_dims_of(p) for p in param_leaves]
+        full = [i for i, d in enumerate(dims) if d is None]
+        if full:
+            # Unfactored leaves: RMSProp-style statistics, all leaves in one foreach call each.
+            full_grads = [grads[i] for i in full]
+            moments = _moving_average([v[i] for i in full], _squared_plus(full_grads, epsilon),
+                                      decay)
+            moments = [m.to(param_leaves[i].dtype) for m, i in zip(moments, full, strict=True)]
+            scaled = tm.mul(full_grads, tm.power(moments, -0.5))
+            for i, moment, update in zip(full, moments, scaled, strict=True):
+                new_v[i], new_updates[i] = moment, update
+        for i, d in enumerate(dims):
+            if d is None:
+                continue
+            row_axis, col_axis = d
+            grad, dtype = grads[i], param_leaves[i].dtype
+            grad_sqr = _squared_plus([grad], epsilon)[0]
+            row = _moving_average([v_row[i]], [grad_sqr.mean(dim=col_axis)], decay)[0].to(dtype)
+            col = _moving_average([v_col[i]], [grad_sqr.mean(dim=row_axis)], decay)[0].to(dtype)
+            reduced_row_axis = row_axis - 1 if row_axis > col_axis else row_axis
+            row_factor = (row / row.mean(dim=reduced_row_axis, keepdim=True)) ** -0.5
+            col_factor = col ** -0.5
+            new_updates[i] = grad * row_factor.unsqueeze(col_axis) * col_factor.unsqueeze(row_axis)
+            new_v_row[i], new_v_col[i] = row, col
+
+        return tm.unflatten(spec, new_updates), FactoredState(
+            count=numerics.safe_increment(state.count), v_row=tm.unflatten(spec, new_v_row),
+            v_col=tm.unflatten(spec, new_v_col), v=tm.unflatten(spec, new_v))
+
+    return base.GradientTransformation(init_fn, update_fn)

@@ -1,0 +1,131 @@
+"""Transformations that add a term to the updates (mirrors ``optax/transforms/_adding.py``)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from optax_compat._src import base, numerics, utils
+from optax_compat._src import tree_math as tm
+from optax_compat.transforms import _masking
+from optax_compat.tree_utils import _random, _tree_math
+
+
+class WeightDecaySchedule(NamedTuple):
+    """Counts the steps of a scheduled weight decay."""
+
+    count: torch.Tensor  # 0-d int32
+
+
+def add_decayed_weights(
+    weight_decay: base.ScalarOrSchedule = 0.0,
+    mask: Any | Callable[[base.Params], Any] | None = None,
+) -> base.GradientTransformationExtraArgs:
+    """Adds the parameters scaled by ``weight_decay`` to the updates (decoupled weight decay).
+
+    Args:
+      weight_decay: the decay rate: a number, a 0-d tensor or a schedule of the step count.
+      mask: a tree of booleans with the structure of the params (or a prefix of it), or a
+        function returning one given the params; ``True`` where to decay. Typically used to
+        leave biases and normalisation scales undecayed.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`. Its ``update`` also takes a keyword-only
+      ``inplace=False``: when true the result is written into the incoming ``updates``
+      tensors (same numbers as the pure path).
+    """
+    is_schedule = callable(weight_decay)
+
+    def init_fn(params: base.Params) -> WeightDecaySchedule | base.EmptyState:
+        del params
+        if is_schedule:
+            return WeightDecaySchedule(count=torch.zeros((), dtype=torch.int32))
+        return base.EmptyState()
+
+    def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
+                  *, inplace: bool = False, **extra_args: Any):
+        del extra_args
+        if params is None:
+            raise ValueError(f"add_decayed_weights: {base.NO_PARAMS_MSG}")
+        new_state = (WeightDecaySchedule(numerics.safe_increment(state.count)) if is_schedule
+                     else state)
+        if tm.is_zero(weight_decay):
+            return updates, new_state
+        rate = weight_decay(state.count) if is_schedule else weight_decay
+        grads, spec = tm.flatten(updates)
+        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
+        if inplace and tm.same_dtypes(grads, param_leaves):
+            tm.add_scaled_(grads, rate, param_leaves)
+            return updates, new_state
+        return tm.unflatten(spec, tm.add_scaled(grads, rate, param_leaves)), new_state
+
+    transformation = base.GradientTransformationExtraArgs(init_fn, update_fn)
+    if mask is not None:
+        return _masking.masked(transformation, mask)
+    return transformation
+
+
+class AddNoiseState(NamedTuple):
+    """State for adding gradient noise: a step count (for annealing) and a random key."""
+
+    count: torch.Tensor  # 0-d int32
+    rng_key: torch.Tensor  # 0-d int64 seed
+
+
+def add_noise(
+    eta: float | torch.Tensor,
+    gamma: float | torch.Tensor,
+    key: utils.KeyLike | None = None,
+    *,
+    seed: int | None = None,
+) -> base.GradientTransformation:
+    """Adds annealed Gaussian noise of variance ``eta / (1 + t) ** gamma`` to the updates.
+
+    Args:
+      eta: base variance of the noise.
+      gamma: decay exponent of the variance.
+      key: an int seed or a ``torch.Generator`` (drawn from once, here) for the noise.
+      seed: deprecated alias of ``key``.
+
+    Returns:
+      A :class:`GradientTransformation` whose state carries the seed of the next draw, so
+      that the noise stream is reproducible.
+
+    Raises:
+      ValueError: if both ``key`` and ``seed`` are given.
+
+    References:
+      Neelakantan et al, `Adding Gradient Noise Improves Learning for Very Deep Networks
+      <https://arxiv.org/abs/1511.06807>`_, 2015
+    """
+    if seed is not None:
+        warnings.warn('"seed" is deprecated, use "key".', DeprecationWarning, stacklevel=2)
+        if key is not None:
+            raise ValueError("Only one of seed or key can be specified.")
+        key = seed
+    if key is None:
+        warnings.warn("add_noise: no key given, using key=0.", stacklevel=2)
+        key = 0
+    # Canonicalised once, so that every ``init`` starts the same stream even from a generator.
+    initial_key = utils.canonicalize_key(key)
+
+    def init_fn(params: base.Params) -> AddNoiseState:
+        del params
+        return AddNoiseState(count=torch.zeros((), dtype=torch.int32),
+                             rng_key=initial_key.clone())
+
+    def update_fn(updates: base.Updates, state: AddNoiseState,
+                  params: base.Params | None = None):
+        del params
+        count_inc = numerics.safe_increment(state.count)
+        dtype = tm.widest_real_dtype(tm.leaves(updates))
+        standard_deviation = torch.sqrt(eta / count_inc.to(dtype) ** gamma)
+        next_key, sample_key = utils.split_key(state.rng_key)
+        noise = _random.tree_random_like(sample_key, updates)
+        updates = _tree_math.tree_add_scale(updates, standard_deviation, noise)
+        return updates, AddNoiseState(count=count_inc, rng_key=next_key)
+
+    return base.GradientTransformation(init_fn, update_fn)
