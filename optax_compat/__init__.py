@@ -60,6 +60,26 @@ from optax_compat.tree_utils._tree_math import (
 )
 
 # Transforms and aliases (issue 3) -------------------------------------------------------------
+from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
+from optax_compat.transforms import (
+    AddNoiseState,
+    EmaState,
+    NonNegativeParamsState,
+    TraceState,
+    ZeroNansState,
+    adaptive_grad_clip,
+    add_decayed_weights,
+    add_noise,
+    clip,
+    clip_by_block_rms,
+    clip_by_global_norm,
+    ema,
+    keep_params_nonnegative,
+    per_example_global_norm_clip,
+    per_example_layer_norm_clip,
+    trace,
+    zero_nans,
+)
 
 # Combinators and wrappers (issue 4) -----------------------------------------------------------
 from optax_compat.transforms._accumulation import (

@@ -1,5 +1,26 @@
 """Gradient transformations (mirrors ``optax.transforms``)."""
 
+# Transforms (issue 3)
+from optax_compat.transforms._accumulation import EmaState, TraceState, ema, trace
+from optax_compat.transforms._adding import AddNoiseState, add_decayed_weights, add_noise
+from optax_compat.transforms._clipping import (
+    adaptive_grad_clip,
+    clip,
+    clip_by_block_rms,
+    clip_by_global_norm,
+    per_example_global_norm_clip,
+    per_example_layer_norm_clip,
+    unitwise_clip,
+    unitwise_norm,
+)
+from optax_compat.transforms._constraining import (
+    NonNegativeParamsState,
+    ZeroNansState,
+    keep_params_nonnegative,
+    zero_nans,
+)
+
+# Combinators and wrappers (issue 4)
 from optax_compat.transforms._accumulation import (
     MultiSteps,
     MultiStepsState,
