@@ -109,6 +109,13 @@ from optax_compat.transforms._conditionality import (
 from optax_compat.transforms._freezing import freeze, selective_transform
 from optax_compat.transforms._layouts import flatten
 from optax_compat.transforms._masking import MaskedNode, MaskedState, masked
+from optax_compat.transforms._monitoring import (
+    MonitorState,
+    SnapshotState,
+    measure_with_ema,
+    monitor,
+    snapshot,
+)
 from optax_compat._src.lookahead import LookaheadParams, LookaheadState, lookahead
 from optax_compat.schedules._inject import (
     InjectHyperparamsState,

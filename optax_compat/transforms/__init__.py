@@ -41,3 +41,10 @@ from optax_compat.transforms._conditionality import (
 from optax_compat.transforms._freezing import freeze, selective_transform
 from optax_compat.transforms._layouts import flatten
 from optax_compat.transforms._masking import MaskedNode, MaskedState, masked
+from optax_compat.transforms._monitoring import (
+    MonitorState,
+    SnapshotState,
+    measure_with_ema,
+    monitor,
+    snapshot,
+)
