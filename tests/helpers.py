@@ -66,7 +66,8 @@ def assert_close(ours: Any, theirs: Any, dtype: torch.dtype = torch.float32,
         if isinstance(mine, torch.Generator) or "key" in str(getattr(ref, "dtype", "")):
             continue
         mine_np, ref_np = to_numpy(mine), np.asarray(ref)
-        assert mine_np.shape == ref_np.shape, f"{what}{path}: shape {mine_np.shape} vs {ref_np.shape}"
+        assert mine_np.shape == ref_np.shape, (
+            f"{what}{path}: shape {mine_np.shape} vs {ref_np.shape}")
         np.testing.assert_allclose(mine_np, ref_np, rtol=rtol, atol=atol,
                                    err_msg=f"{what} at {path}")
 

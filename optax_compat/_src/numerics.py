@@ -24,15 +24,15 @@ def _vector_or_matrix_norm(x: torch.Tensor, ord: Norm, axis, keepdims: bool) -> 
         return norm.reshape([1] * x.ndim) if keepdims else norm
     if isinstance(axis, int):
         axis = (axis,)
-    if axis is not None and len(axis) == 2 or axis is None and x.ndim == 2:
+    if (axis is not None and len(axis) == 2) or (axis is None and x.ndim == 2):
         return torch.linalg.matrix_norm(x, ord="fro" if ord is None else ord,
                                         dim=axis or (-2, -1), keepdim=keepdims)
     return torch.linalg.vector_norm(x, ord=2 if ord is None else ord, dim=axis,
                                     keepdim=keepdims)
 
 
-def safe_norm(x: torch.Tensor, min_norm: float | torch.Tensor, ord: Norm = None,  # noqa: A002
-              axis: Union[None, tuple[int, ...], int] = None,
+def safe_norm(x: torch.Tensor, min_norm: float | torch.Tensor, ord: Norm = None,
+              axis: Union[tuple[int, ...], int, None] = None,
               keepdims: bool = False) -> torch.Tensor:
     """``max(norm(x), min_norm)`` whose gradient is 0, not NaN, where the norm is clipped.
 

@@ -337,3 +337,117 @@ def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
 def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
     """Whether the two lists hold leaves of equal dtypes, pairwise (in-place paths need it)."""
     return all(x.dtype == y.dtype for x, y in zip(xs, ys, strict=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks, weakly typed scalars and single-pass kernels for ``_src/transform.py``.
+
+
+def _is_inexact(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
+
+
+def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTreeSpec]:
+    """Flattens ``tree``, checking that every leaf is a floating-point (or complex) tensor.
+
+    Args:
+      tree: the tree to flatten, e.g. the incoming updates of a transformation.
+      what: a name for ``tree`` used in the error message.
+
+    Returns:
+      The leaves and the structure, as :func:`flatten`.
+
+    Raises:
+      TypeError: naming the path and dtype of the first leaf that is not an inexact tensor.
+    """
+    xs, spec = flatten(tree)
+    if all(map(torch.is_floating_point, xs)) or all(map(_is_inexact, xs)):
+        return xs, spec
+    paths, path_leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=NONE_IS_LEAF,
+                                                          namespace=NAMESPACE)
+    path, leaf = next((p, x) for p, x in zip(paths, path_leaves) if not _is_inexact(x))
+    kind = leaf.dtype if isinstance(leaf, torch.Tensor) else type(leaf).__name__
+    raise TypeError(f"The leaf of {what} at path {_path_str(path)} is {kind}; a floating-point "
+                    "or complex tensor is required.")
+
+
+def is_recording(*groups: Any) -> bool:
+    """Whether autograd records operations on ``groups`` (lists of leaves or scalars).
+
+    Fast paths that write into buffers they just allocated are only taken when this is False:
+    in-place kernels would overwrite values that a backward pass needs.
+    """
+    if not torch.is_grad_enabled():
+        return False
+    for group in groups:
+        if isinstance(group, torch.Tensor):
+            if group.requires_grad:
+                return True
+        elif isinstance(group, (list, tuple)) and any(
+                isinstance(x, torch.Tensor) and x.requires_grad for x in group):
+            return True
+    return False
+
+
+def scalar_like(value: Scalar, xs: Leaves) -> ScalarOrLeaves:
+    """``value`` as an operand that keeps every leaf's dtype (JAX's weak typing).
+
+    Python numbers are returned unchanged. A tensor is cast to the leaves' dtype, or to each
+    leaf's dtype (a list) when the leaves differ: a 0-d ``float64`` value must neither promote
+    a 0-d ``float32`` leaf nor be rounded differently than Optax rounds it.
+    """
+    if not isinstance(value, torch.Tensor) or not xs:
+        return value
+    dtype = xs[0].dtype
+    if all(x.dtype == dtype for x in xs):
+        return value.to(dtype)
+    return [value.to(x.dtype) for x in xs]
+
+
+def abs_sq(xs: Leaves) -> Leaves:
+    """``|x| ** 2`` per leaf (``x * x`` for real leaves, a real result for complex ones)."""
+    if not any(x.is_complex() for x in xs):
+        return square(xs)
+    return [(x.conj() * x).real if x.is_complex() else x * x for x in xs]
+
+
+def rsqrt(xs: Leaves) -> Leaves:
+    """``1 / sqrt(x)`` per leaf."""
+    return list(torch._foreach_rsqrt(xs)) if xs else []
+
+
+def norms(xs: Leaves) -> Leaves:
+    """The Euclidean (Frobenius) norm of each leaf, as 0-d tensors."""
+    return list(torch._foreach_norm(xs)) if xs else []
+
+
+def clone(xs: Leaves) -> Leaves:
+    """Fresh copies of the leaves, to be written into by in-place kernels."""
+    return [x.clone() for x in xs]
+
+
+def lerp(starts: Leaves, ends: Leaves, weight: float, *, inplace: bool = False) -> Leaves:
+    """``start + weight * (end - start)`` per leaf, one pass (``torch._foreach_lerp``).
+
+    With ``inplace`` the result is written into ``starts``; both forms run the same kernel.
+    """
+    if not starts:
+        return starts
+    if inplace:
+        torch._foreach_lerp_(starts, ends, weight)
+        return starts
+    return list(torch._foreach_lerp(starts, ends, weight))
+
+
+def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:
+    """Writes ``x + value * y * z`` into each ``x``, one pass (``torch._foreach_addcmul_``)."""
+    if xs:
+        torch._foreach_addcmul_(xs, ys, zs, value=value)
+    return xs
+
+
+def sign_(xs: Leaves) -> Leaves:
+    """Writes ``sign(x)`` into each ``x``."""
+    if xs:
+        torch._foreach_sign_(xs)
+    return xs

@@ -27,6 +27,19 @@ def _as_float(count: Count) -> torch.Tensor:
     return torch.as_tensor(count).to(torch.float64)
 
 
+def _as_count(count: Count) -> torch.Tensor:
+    """The count for integer arithmetic with JAX's (x64) promotion rules.
+
+    An int32 tensor count (as optimizer states hold) stays int32, so that dividing it by an int
+    gives float32 exactly as ``jnp`` does; a Python int or an int64 count is widened to float64,
+    as JAX treats it.
+    """
+    tensor = torch.as_tensor(count)
+    if tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
+        return tensor
+    return tensor.to(torch.float64) if not tensor.is_floating_point() else tensor
+
+
 def constant_schedule(value: Value) -> base.Schedule:
     """A schedule that always returns ``value``."""
     return lambda count: value
@@ -57,7 +70,7 @@ def polynomial_schedule(init_value: Value, end_value: Value, power: Value,
         transition_begin = 0
 
     def schedule(count: Count) -> torch.Tensor:
-        steps = torch.clamp(_as_float(count) - transition_begin, 0, transition_steps)
+        steps = torch.clamp(_as_count(count) - transition_begin, 0, transition_steps)
         fraction = 1 - steps / transition_steps
         return (init_value - end_value) * fraction**power + end_value
 
@@ -130,11 +143,11 @@ def exponential_decay(init_value: Value, transition_steps: int, decay_rate: floa
     bound = None if end_value is None else (torch.maximum if decay_rate < 1.0 else torch.minimum)
 
     def schedule(count: Count) -> torch.Tensor:
-        elapsed = _as_float(count) - transition_begin
+        elapsed = _as_count(count) - transition_begin
         exponent = elapsed / transition_steps
         if staircase:
             exponent = torch.floor(exponent)
-        init = torch.as_tensor(init_value, dtype=torch.float64)
+        init = torch.as_tensor(init_value, dtype=exponent.dtype)
         value = torch.where(elapsed <= 0, init, init * torch.pow(decay_rate, exponent))
         if bound is not None:
             value = bound(value, torch.as_tensor(end_value, dtype=value.dtype))
@@ -209,19 +222,20 @@ def piecewise_interpolate_schedule(
     pairs = sorted((boundaries_and_scales or {}).items())
     if any(scale < 0.0 for _, scale in pairs):
         raise ValueError("`piecewise_interpolate_schedule` expects non-negative scale factors")
-    bounds = torch.tensor([0.0] + [float(b) for b, _ in pairs], dtype=torch.float64)
+    bounds = [0] + [int(b) for b, _ in pairs]
     scales = [torch.as_tensor(s, dtype=torch.float64) for _, s in pairs]
 
     def schedule(count: Count) -> torch.Tensor:
-        count = _as_float(count)
+        count = _as_count(count)
+        # Integer bounds with an int32 count give a float32 fraction, as in JAX.
+        as_bounds = lambda b: torch.tensor(b, dtype=count.dtype, device=count.device)
+        lower, upper = as_bounds(bounds[:-1]), as_bounds(bounds[1:])
         values = torch.cumprod(torch.stack(
-            [torch.as_tensor(init_value, dtype=torch.float64), *scales]), dim=0)
-        lower, upper = bounds[:-1].to(count.device), bounds[1:].to(count.device)
-        values = values.to(count.device)
+            [torch.as_tensor(init_value, dtype=torch.float64), *scales]), dim=0).to(count.device)
         inside = (lower <= count) & (count < upper)
         fraction = (count - lower) / torch.clamp(upper - lower, min=1)
         inner = (inside * interpolate(values[:-1], values[1:], fraction)).sum()
-        return inner + (bounds[-1].to(count.device) <= count) * values[-1]
+        return inner + (bounds[-1] <= count) * values[-1]
 
     return schedule
 

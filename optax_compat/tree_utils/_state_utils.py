@@ -1,4 +1,4 @@
-"""Reading and editing optimizer states by field name (mirrors ``optax/tree_utils/_state_utils.py``).
+"""Reading and editing optimizer states by field name (mirrors Optax's _state_utils.py).
 
 Paths are tuples of key entries: :class:`DictKey`, :class:`SequenceKey`, :class:`GetAttrKey`
 (the roles of ``jax.tree_util``'s entries) and :class:`NamedTupleKey` for NamedTuple fields.

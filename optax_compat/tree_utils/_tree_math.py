@@ -147,7 +147,7 @@ def tree_real(tree: Any) -> Any:
     return tm.tree_map(lambda x: x.real if x.is_complex() else x, tree)
 
 
-def tree_norm(tree: Any, ord: Optional[Union[int, str, float]] = None,  # noqa: A002
+def tree_norm(tree: Any, ord: Optional[Union[int, str, float]] = None,
               squared: bool = False) -> torch.Tensor:
     """Vector norm of the whole tree seen as one flat vector.
 
