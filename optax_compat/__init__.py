@@ -61,6 +61,7 @@ from optax_compat.tree_utils._tree_math import (
 
 # Transforms and aliases (issue 3) -------------------------------------------------------------
 from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
+from optax_compat._src.linear_algebra import matrix_inverse_pth_root, nnls, power_iteration
 from optax_compat.transforms import (
     AddNoiseState,
     EmaState,
