@@ -113,4 +113,5 @@ def test_signature_matches_optax(namespace, name):
     assert [p.name for p in ours_params] == [p.name for p in theirs_params]
     assert [p.kind for p in ours_params] == [p.kind for p in theirs_params]
     for t, o in zip(theirs_params, ours_params):
-        assert _same_default(t.default, o.default), f"default of {t.name}: {t.default!r} vs {o.default!r}"
+        assert _same_default(t.default, o.default), (
+            f"default of {t.name}: {t.default!r} vs {o.default!r}")
