@@ -1,0 +1,80 @@
+"""Inner transformations for the combinator tests, built the same way in both worlds.
+
+Each case is ``(ours, theirs)``: zero-argument factories of an optax_compat transformation and
+of the same real Optax transformation. ``inner_transforms`` draws random inner transformations
+(ours only) for the hypothesis laws, and ``assert_same_runs`` runs two transformations side by
+side on the same gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optax
+import torch
+from hypothesis import strategies as st
+
+import optax_compat as ox
+from optax_compat import testing
+
+
+def scale(factor: float) -> ox.GradientTransformation:
+    """``updates * factor``, built from ``stateless`` (independent of the transforms module)."""
+    return ox.stateless(lambda updates, params: ox.tree_utils.tree_scale(factor, updates))
+
+
+INNER_CASES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+    "trace_scale": (lambda: ox.chain(ox.trace(0.9), scale(-0.1)),
+                    lambda: optax.chain(optax.trace(0.9), optax.scale(-0.1))),
+    "clip_nesterov": (lambda: ox.chain(ox.clip_by_global_norm(1.0), ox.trace(0.5, nesterov=True)),
+                      lambda: optax.chain(optax.clip_by_global_norm(1.0),
+                                          optax.trace(0.5, nesterov=True))),
+    "ema_decay": (lambda: ox.chain(ox.ema(0.8), ox.add_decayed_weights(0.1), scale(-0.05)),
+                  lambda: optax.chain(optax.ema(0.8), optax.add_decayed_weights(0.1),
+                                      optax.scale(-0.05))),
+}
+"""Two or more different inner transformations: every combinator is tested with each."""
+
+
+@st.composite
+def inner_transforms(draw: Any) -> ox.GradientTransformation:
+    """A random stateful or stateless inner transformation of this package."""
+    decay = draw(st.floats(0.1, 0.95))
+    factor = draw(st.floats(-2.0, 2.0))
+    kind = draw(st.sampled_from(["trace", "ema", "scale", "clip", "decay"]))
+    if kind == "trace":
+        return ox.trace(decay, nesterov=draw(st.booleans()))
+    if kind == "ema":
+        return ox.ema(decay, debias=draw(st.booleans()))
+    if kind == "clip":
+        return ox.clip_by_global_norm(abs(factor) + 0.1)
+    if kind == "decay":
+        return ox.add_decayed_weights(decay)
+    return scale(factor)
+
+
+def run(tx: ox.GradientTransformation, params: Any, grads: Sequence[Any]) -> list[Any]:
+    """The updates of ``tx`` at each step, applying them to the params in between."""
+    state = tx.init(params)
+    all_updates = []
+    for grad in grads:
+        updates, state = tx.update(grad, state, params)
+        params = ox.apply_updates(params, updates)
+        all_updates.append(updates)
+    return all_updates
+
+
+def assert_same_runs(actual: ox.GradientTransformation, expected: ox.GradientTransformation,
+                     params: Any, grads: Sequence[Any], rtol: float = 1e-6,
+                     atol: float = 1e-6) -> None:
+    """Asserts two transformations give the same updates step by step."""
+    for step, (mine, ref) in enumerate(zip(run(actual, params, grads),
+                                           run(expected, params, grads))):
+        testing.assert_trees_all_close(mine, ref, rtol=rtol, atol=atol,
+                                       what=f"updates at step {step}")
+
+
+CASES_AND_DTYPES = [("trace_scale", torch.float32), ("clip_nesterov", torch.float64),
+                    ("ema_decay", torch.float64)]
+"""Every inner case once, float32 and float64 both covered, to keep the Optax runs few."""
