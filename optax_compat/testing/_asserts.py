@@ -15,16 +15,11 @@ RTOL = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3, torch.float32: 1e-5, torch.
 ATOL = {torch.bfloat16: 1e-5, torch.float16: 1e-5, torch.float32: 1e-6, torch.float64: 1e-12}
 
 
-def path_str(path: tuple[Any, ...]) -> str:
-    """``['layer'][0]`` for a path as optree gives it; ``<root>`` for the empty path."""
-    return "".join(f"[{key!r}]" for key in path) or "<root>"
-
-
 def leaves_with_paths(tree: Any) -> list[tuple[str, Any]]:
-    """The ``(path string, leaf)`` pairs of ``tree`` with this package's pytree conventions."""
-    paths, leaves, _ = optree.tree_flatten_with_path(
+    """``(path, leaf)`` pairs of ``tree``, paths written as code: ``.mu['layer'][0]``."""
+    accessors, leaves, _ = optree.tree_flatten_with_accessor(
         tree, none_is_leaf=tree_math.NONE_IS_LEAF, namespace=tree_math.NAMESPACE)
-    return [(path_str(path), leaf) for path, leaf in zip(paths, leaves, strict=True)]
+    return [(accessor.codify(""), leaf) for accessor, leaf in zip(accessors, leaves, strict=True)]
 
 
 def as_tensor(leaf: Any) -> torch.Tensor:

@@ -114,9 +114,10 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
         for step in range(-1, steps):
             if step >= 0:
                 grad, step_kwargs = grads_at(grads, step), extra_args_at(extra_args, step)
-                ours_updates, ours_state = ours_tx.update(grad, ours_state, params, **step_kwargs)
+                # Optax gets its copy first: a mutating transformation is check_pure's to report.
                 theirs_updates, theirs_state = theirs_tx.update(
                     _to_jax(grad), theirs_state, theirs_params, **_to_jax(step_kwargs))
+                ours_updates, ours_state = ours_tx.update(grad, ours_state, params, **step_kwargs)
                 assert_trees_all_close(ours_updates, theirs_updates, rtol, atol,
                                        what=f"step {step} updates")
                 params = optax_compat.apply_updates(params, ours_updates)

@@ -184,6 +184,10 @@ def check_differentiable(tx: base.GradientTransformation | Callable[[torch.Tenso
                              f"differentiable w.r.t. {wrt}: {reason}") from error
 
 
+def _cloned(tree: Any) -> Any:
+    return tree_math.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
 def _fresh_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A copy of ``fn`` with its own code object, so that Dynamo compiles it from scratch.
 
@@ -220,10 +224,12 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
     def step(params: Any, state: Any, grad: Any) -> tuple[Any, Any, Any]:
         return train_step(tx, params, state, grad, kwargs)
 
-    eager = step(params, state, grad)
+    # Each run gets its own copy of the inputs, so that a transformation that mutates them is
+    # reported by check_pure and not as a compilation mismatch.
+    eager = step(*_cloned((params, state, grad)))
     compiled_step = torch.compile(_fresh_function(step), fullgraph=True, backend=backend)
     try:
-        compiled = compiled_step(params, state, grad)
+        compiled = compiled_step(*_cloned((params, state, grad)))
     except Exception as error:  # Dynamo and Inductor raise many types
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise AssertionError(f"torch.compile(fullgraph=True) of one step failed: "

@@ -1,15 +1,14 @@
 """Hypothesis strategies for pytrees of tensors: parameters, gradients, any tree a transform sees.
 
-Trees are built top-down from a drawn leaf count, so hypothesis shrinks a failing example
-towards fewer leaves, shallower nesting, smaller shapes and simpler values (a single 0-d leaf
-holding ``0.0`` is the simplest tree of all).
+Trees are built top-down so that hypothesis shrinks a failing example towards fewer leaves,
+shallower nesting, smaller shapes and simpler values (a single 0-d leaf holding ``0.0`` is the
+simplest tree of all).
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import itertools
 import string
 from collections.abc import Sequence
 from typing import Any
@@ -74,34 +73,41 @@ def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
 
 
 class _TreeBuilder:
-    """Draws the nested containers of one tree around leaves produced by ``leaf``."""
+    """Draws one tree top-down within ``[min_leaves, max_leaves]`` tensor leaves.
 
-    def __init__(self, draw: Any, leaf: Any, kinds: Sequence[str], allow_none: bool) -> None:
+    A node draws whether it is a container (``False``, the simplest choice, makes a leaf) and a
+    container draws "one more child?" before each child, so the shrinker drops a child by
+    deleting its span of choices without disturbing the rest of the tree. While the tree has
+    fewer than ``min_leaves`` leaves, containers keep adding children and the last child a
+    container can hold nests, so at most ``3 * depth + 1`` leaves can be required.
+    """
+
+    def __init__(self, draw: Any, leaf: Any, kinds: Sequence[str], allow_none: bool,
+                 min_leaves: int, max_leaves: int) -> None:
         self.draw, self.leaf, self.kinds, self.allow_none = draw, leaf, kinds, allow_none
+        self.min_leaves, self.max_leaves, self.num_leaves = min_leaves, max_leaves, 0
 
-    def subtree(self, num_leaves: int, depth: int) -> Any:
-        if num_leaves == 1 and (depth == 0 or not self.draw(st.booleans())):
-            return self.leaf()
-        # At the deepest level, a flat container is the only way to hold several leaves.
-        sizes = [1] * num_leaves if depth == 0 else self._split(num_leaves)
-        children = [self.subtree(size, depth - 1) if size else self._empty() for size in sizes]
+    def tree(self, max_depth: int) -> Any:
+        if self.max_leaves == 0:
+            return self._nest(max_depth)
+        return self._subtree(max_depth, last_chance=True)
+
+    def _subtree(self, depth: int, last_chance: bool) -> Any:
+        must_nest = last_chance and self.min_leaves - self.num_leaves > 1
+        if depth > 0 and (must_nest or self.draw(st.booleans())):
+            return self._nest(depth)
+        self.num_leaves += 1
+        return self.leaf()
+
+    def _nest(self, depth: int) -> Any:
+        children: list[Any] = []
+        while len(children) < _MAX_CHILDREN and self.num_leaves < self.max_leaves and (
+                self.num_leaves < self.min_leaves or self.draw(st.booleans())):
+            children.append(self._subtree(depth - 1,
+                                          last_chance=len(children) == _MAX_CHILDREN - 1))
         if self.allow_none and self.draw(st.booleans()):
             children.insert(self.draw(st.integers(0, len(children))), None)
         return self._container(children)
-
-    def _split(self, num_leaves: int) -> list[int]:
-        """Splits ``num_leaves`` among 1 to ``_MAX_CHILDREN`` children (0 when there are none)."""
-        if num_leaves == 0:
-            return []
-        num_children = self.draw(st.integers(1, min(num_leaves, _MAX_CHILDREN)))
-        cuts = sorted(self.draw(st.lists(st.integers(1, num_leaves - 1), min_size=num_children - 1,
-                                         max_size=num_children - 1, unique=True))
-                      if num_children > 1 else [])
-        bounds = [0, *cuts, num_leaves]
-        return [high - low for low, high in itertools.pairwise(bounds)]
-
-    def _empty(self) -> Any:
-        return self._container([])
 
     def _container(self, children: list[Any]) -> Any:
         kind = self.draw(st.sampled_from(self.kinds))
@@ -128,10 +134,11 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
     """A strategy for nested dict/list/tuple/NamedTuple trees of tensors.
 
     Args:
-      min_leaves: fewest tensor leaves (0 allows trees such as ``{}`` or ``[None]``).
+      min_leaves: fewest tensor leaves (0 allows trees such as ``{}`` or ``[None]``); at most
+        ``3 * max_depth + 1``.
       max_leaves: most tensor leaves.
-      max_depth: most levels of containers above a leaf (0 gives a bare tensor or a flat
-        container).
+      max_depth: most levels of containers above a leaf (0 gives a bare tensor); containers
+        hold up to four children.
       shapes: a strategy for leaf shapes; by default shapes of up to ``max_dims`` dimensions of
         size up to ``max_side``, 0-d included.
       max_dims: most dimensions per leaf (default ``shapes`` only).
@@ -156,6 +163,9 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
         raise ValueError(f"kinds must be a non-empty subset of {CONTAINER_KINDS}, got {kinds}.")
     if not 0 <= min_leaves <= max_leaves:
         raise ValueError(f"Need 0 <= min_leaves <= max_leaves, got {min_leaves}, {max_leaves}.")
+    if min_leaves > 3 * max_depth + 1 or (max_depth == 0 and max_leaves == 0):
+        raise ValueError(f"max_depth={max_depth} cannot hold min_leaves={min_leaves} leaves "
+                         f"(at most 3 * max_depth + 1, and a bare leaf at depth 0).")
     shape_strategy = shapes if shapes is not None else hnp.array_shapes(
         min_dims=0, max_dims=max_dims, min_side=0 if allow_empty else 1, max_side=max_side)
     dtype_strategy = st.sampled_from(list(dtypes))
@@ -168,11 +178,8 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
                             allow_infinity=allow_infinity, allow_subnormal=allow_subnormal,
                             device=device))
 
-    num_leaves = draw(st.integers(min_leaves, max_leaves))
-    builder = _TreeBuilder(draw, leaf, list(kinds), allow_none)
-    if num_leaves == 0:
-        return builder.subtree(0, max(max_depth, 1))
-    return builder.subtree(num_leaves, max_depth)
+    return _TreeBuilder(draw, leaf, list(kinds), allow_none, min_leaves, max_leaves).tree(
+        max_depth)
 
 
 @st.composite

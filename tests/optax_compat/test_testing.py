@@ -1,0 +1,327 @@
+"""Self-tests of optax_compat.testing: strategies, assertions and property checks.
+
+Each property check is run on a correct hand-written momentum transform and on deliberately
+wrong versions of it; a check must catch its own defect and pass on the correct transform.
+"""
+
+import subprocess
+import sys
+import unittest
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+
+from optax_compat._src import base, tree_math
+from optax_compat.testing import (
+    assert_tree_structure_equal,
+    assert_trees_all_close,
+    check_compilable,
+    check_differentiable,
+    check_matches_optax,
+    check_pure,
+    check_state_stable,
+)
+from optax_compat.testing.strategies import matching_trees, params_and_grads, pytrees, record_type
+
+SETTINGS = settings(max_examples=20, deadline=None)
+
+
+# ----------------------------------------------------------------------------------------------
+# A correct transform (Optax's ``trace``) and deliberately wrong versions of it.
+
+
+class TraceState(NamedTuple):
+    """Optax's ``TraceState``, so that check_matches_optax can hold it beside ``optax.trace``."""
+
+    trace: Any
+
+
+class GrowingTraceState(NamedTuple):
+    trace: Any
+    steps_taken: int
+    extra: Any
+
+
+def trace(decay: Any = 0.9, defect: str | None = None) -> base.GradientTransformation:
+    """Momentum ``trace = decay * trace + updates``, with an optional deliberate defect.
+
+    Defects: "mutates" accumulates into the incoming updates in place; "grows" adds a state
+    leaf at step 2; "detach" cuts the updates from the autograd graph; "off" returns numbers
+    1e-3 away from Optax's; "host_sync" branches in Python on a tensor value.
+    """
+
+    def init(params):
+        zeros = tree_math.tree_map(torch.zeros_like, params)
+        return GrowingTraceState(zeros, 0, None) if defect == "grows" else TraceState(zeros)
+
+    def update(updates, state, params=None):
+        del params
+        xs, spec = tree_math.flatten(updates)
+        old = tree_math.leaves_like(state.trace, spec, "trace", reference=updates)
+        if defect == "detach":
+            xs = [x.detach() for x in xs]
+        if defect == "mutates":
+            torch._foreach_add_(xs, tree_math.mul(old, decay))
+            new = xs
+        else:
+            new = tree_math.add(tree_math.mul(old, decay), xs)
+        out = new
+        if defect == "off":
+            out = tree_math.add(new, 1e-3)
+        if defect == "host_sync" and float(tree_math.sum_of_squares(new).detach()) < 0:
+            out = tree_math.neg(new)
+        new_trace = tree_math.unflatten(spec, new)
+        if defect == "grows":
+            steps = state.steps_taken + 1
+            extra = tree_math.sum_of_squares(new) if steps >= 2 else None
+            return tree_math.unflatten(spec, out), GrowingTraceState(new_trace, steps, extra)
+        return tree_math.unflatten(spec, out), TraceState(new_trace)
+
+    return base.GradientTransformation(init, update)
+
+
+def optax_trace(module, defect=None, **kwargs):
+    """``optax.trace`` in Optax, the hand-written ``trace`` (with ``defect``) in ours."""
+    if module.__name__ == "optax":
+        return module.trace(**kwargs)
+    return trace(defect=defect, **kwargs)
+
+
+def small_problem(dtype=torch.float64):
+    generator = torch.Generator().manual_seed(0)
+
+    def tree():
+        rand = lambda *shape: torch.randn(shape, generator=generator, dtype=dtype)
+        return {"w": rand(2, 3), "b": (rand(), None), "r": record_type(1)(rand(2))}
+
+    return tree(), tree()
+
+
+CHECKS = {
+    "pure": lambda defect, p, g: check_pure(trace(defect=defect), p, g, steps=3),
+    "state_stable": lambda defect, p, g: check_state_stable(trace(defect=defect), p, g, steps=3),
+    "differentiable": lambda defect, p, g: check_differentiable(trace(defect=defect), p, g),
+    "differentiable_hyperparameter": lambda defect, p, g: check_differentiable(
+        lambda decay: trace(decay, defect=defect), p, g, steps=3, hyperparameter=0.9),
+    "compilable": lambda defect, p, g: check_compilable(trace(defect=defect), p, g,
+                                                        backend="eager"),
+    "matches_optax": lambda defect, p, g: check_matches_optax(
+        lambda module, **kw: optax_trace(module, defect=defect, **kw), {"decay": 0.9}, p, g),
+}
+# Which checks each defect must fail; every other check must pass. A state that grows has no
+# counterpart in Optax, so the oracle rejects it too.
+CAUGHT_BY = {
+    None: set(),
+    "mutates": {"pure"},
+    "grows": {"state_stable", "matches_optax"},
+    "detach": {"differentiable", "differentiable_hyperparameter"},
+    "off": {"matches_optax"},
+    "host_sync": {"compilable"},
+}
+EXPECTED_REASON = {
+    "pure": "modified updates",
+    "state_stable": "state after step 2",
+    "differentiable": "not correctly differentiable",
+    "differentiable_hyperparameter": "not correctly differentiable",
+    "compilable": "torch.compile(fullgraph=True) of one step failed",
+    "matches_optax": "",
+}
+
+
+@pytest.mark.parametrize("defect", list(CAUGHT_BY), ids=str)
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_each_check_catches_exactly_its_defect(check, defect):
+    params, grads = small_problem()
+    if check in CAUGHT_BY[defect]:
+        with pytest.raises(AssertionError, match=EXPECTED_REASON[check].replace("(", r"\(")
+                           .replace(")", r"\)")):
+            CHECKS[check](defect, params, grads)
+    else:
+        CHECKS[check](defect, params, grads)
+
+
+def test_failure_messages_name_the_step_and_path():
+    params, grads = small_problem()
+    with pytest.raises(AssertionError,
+                       match=r"update at step 0 modified updates\['b'\]\[0\] in place"):
+        check_pure(trace(defect="mutates"), params, grads)
+    with pytest.raises(AssertionError,
+                       match=r"step 2 differs .*unexpected leaf at path \[2\]"):
+        check_state_stable(trace(defect="grows"), params, grads)
+    with pytest.raises(AssertionError, match=r"step 0 updates\['b'\]\[0\].*difference 0.001"):
+        check_matches_optax(lambda m, **kw: optax_trace(m, defect="off", **kw), {"decay": 0.9},
+                            params, grads)
+
+
+def test_check_pure_catches_container_mutation_and_hidden_state():
+    params, grads = small_problem()
+
+    def replaces_key(updates, state, params=None):
+        updates["w"] = updates["w"] * 2
+        return updates, state
+
+    with pytest.raises(AssertionError, match="containers of updates"):
+        check_pure(base.GradientTransformation(base.init_empty_state, replaces_key), params,
+                   grads)
+    calls = []
+
+    def remembers_calls(updates, state, params=None):
+        calls.append(None)
+        return tree_math.tree_map(lambda u: u * len(calls), updates), state
+
+    with pytest.raises(AssertionError, match="repeated update at step 0"):
+        check_pure(base.GradientTransformation(base.init_empty_state, remembers_calls), params,
+                   grads)
+
+
+def test_check_state_stable_catches_a_dtype_change():
+    params, grads = small_problem()
+
+    def promotes(updates, state, params=None):
+        return updates, TraceState(tree_math.tree_map(lambda t: t.float(), state.trace))
+
+    tx = base.GradientTransformation(trace().init, promotes)
+    with pytest.raises(AssertionError, match=r"step 1 .* at \.trace\['b'\]\[0\]: \(\) "
+                                             r"torch.float64 on cpu became \(\) torch.float32"):
+        check_state_stable(tx, params, grads)
+
+
+def test_check_compilable_with_inductor_matches_eager():
+    params, grads = small_problem(torch.float32)
+    check_compilable(trace(), params, grads)
+
+
+def test_check_matches_optax_by_name_and_in_float32():
+    params, grads = small_problem(torch.float32)
+    # optax_compat.identity exists from the foundation; a name resolves in both modules.
+    check_matches_optax("identity", {}, params, grads, steps=2)
+    check_matches_optax(optax_trace, {"decay": 0.5}, params, lambda step: grads, steps=2)
+
+
+def test_check_matches_optax_skips_without_optax(monkeypatch):
+    monkeypatch.setitem(sys.modules, "optax", None)
+    params, grads = small_problem()
+    with pytest.raises(unittest.SkipTest, match="needs real Optax"):
+        check_matches_optax("identity", {}, params, grads)
+
+
+@SETTINGS
+@given(params_and_grads(steps=1))
+def test_checks_pass_on_random_trees(drawn):
+    params, (grads,) = drawn
+    check_pure(trace(), params, grads)
+    check_state_stable(trace(), params, grads)
+
+
+@SETTINGS
+@given(params_and_grads(steps=1, max_leaves=3, dtypes=[torch.float64]))
+def test_check_differentiable_passes_on_random_trees(drawn):
+    params, (grads,) = drawn
+    check_differentiable(trace(), params, grads)
+
+
+# ----------------------------------------------------------------------------------------------
+# Assertions.
+
+
+def test_assert_trees_all_close_names_the_path():
+    tree = {"a": [torch.ones(2), torch.zeros(())], "b": None}
+    assert_trees_all_close(tree, {"a": [torch.ones(2) + 1e-7, torch.zeros(())], "b": None})
+    with pytest.raises(AssertionError, match=r"grads\['a'\]\[0\]: 1 of 2 values differ"):
+        assert_trees_all_close({"a": [torch.tensor([1.0, 2.0]), torch.zeros(())]},
+                               {"a": [torch.tensor([1.0, 2.1]), torch.zeros(())]}, what="grads")
+    with pytest.raises(AssertionError, match=r"shape \(2,\) where \(3,\)"):
+        assert_trees_all_close([torch.ones(2)], [torch.ones(3)])
+    with pytest.raises(AssertionError, match=r"missing leaf at path \['a'\]\[1\]"):
+        assert_trees_all_close({"a": [torch.ones(2)]}, tree)
+
+
+def test_assert_trees_all_close_accepts_numpy_and_nan():
+    assert_trees_all_close([torch.tensor([np.nan, 1.0])], [np.array([np.nan, 1.0])])
+    with pytest.raises(AssertionError):
+        assert_trees_all_close([torch.tensor([np.nan])], [np.array([1.0])])
+    assert_trees_all_close([torch.tensor([1.0])], [np.array([1.1])], rtol=0.2)
+
+
+def test_assert_tree_structure_equal_names_the_difference():
+    assert_tree_structure_equal({"a": (1, 2)}, {"a": (3, 4)})
+    with pytest.raises(AssertionError, match=r"state.*\['b'\]"):
+        assert_tree_structure_equal({"a": 1}, {"a": 1, "b": 2}, what="state")
+    with pytest.raises(AssertionError, match="node types differ"):
+        assert_tree_structure_equal((1, 2), [1, 2])
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies.
+
+
+def depth(tree) -> int:
+    if isinstance(tree, dict):
+        return 1 + max((depth(v) for v in tree.values()), default=0)
+    if isinstance(tree, (list, tuple)):
+        return 1 + max((depth(v) for v in tree), default=0)
+    return 0
+
+
+@SETTINGS
+@given(pytrees(min_leaves=2, max_leaves=4, max_depth=2, max_dims=3, max_side=2,
+               dtypes=[torch.float64], kinds=["dict", "namedtuple"]))
+def test_pytrees_respects_its_bounds(tree):
+    leaves = tree_math.leaves(tree)
+    assert 2 <= len(leaves) <= 4
+    assert depth(tree) <= 2
+    assert all(leaf.dtype == torch.float64 and leaf.ndim <= 3 for leaf in leaves)
+    assert all(1 <= size <= 2 for leaf in leaves for size in leaf.shape)
+    assert all(bool(torch.isfinite(leaf).all()) and bool((leaf.abs() <= 10).all())
+               for leaf in leaves)
+    assert not isinstance(tree, (list, torch.Tensor)) and type(tree) is not tuple
+
+
+@SETTINGS
+@given(pytrees(), st.data())
+def test_matching_trees_match_structure_shapes_dtypes_devices(tree, data):
+    other = data.draw(matching_trees(tree))
+    assert_tree_structure_equal(tree, other)
+    for a, b in zip(tree_math.leaves(tree), tree_math.leaves(other)):
+        assert (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device)
+
+
+def test_pytrees_opt_in_features_are_reachable():
+    leaves = lambda tree: tree_math.leaves(tree)
+    find(pytrees(allow_nan=True), lambda t: any(bool(x.isnan().any()) for x in leaves(t)))
+    find(pytrees(allow_infinity=True), lambda t: any(bool(x.isinf().any()) for x in leaves(t)))
+    find(pytrees(allow_empty=True), lambda t: any(x.numel() == 0 for x in leaves(t)))
+    find(pytrees(dtypes=[torch.bfloat16, torch.float32], mixed_dtypes=True),
+         lambda t: {x.dtype for x in leaves(t)} == {torch.bfloat16, torch.float32})
+    find(pytrees(), lambda t: any(x.ndim == 0 for x in leaves(t)))
+    find(pytrees(), lambda t: isinstance(t, dict) and None in t.values())
+    find(pytrees(min_leaves=0), lambda t: not leaves(t))
+
+
+def test_counter_examples_shrink_to_the_simplest_tree():
+    shrunk = find(pytrees(), lambda t: any(bool((x.abs() > 1).any())
+                                           for x in tree_math.leaves(t)))
+    assert isinstance(shrunk, torch.Tensor) and shrunk.shape == ()
+    assert 1 < abs(float(shrunk)) <= 2
+    two_leaves = find(pytrees(), lambda t: len(tree_math.leaves(t)) >= 2)
+    assert len(two_leaves) == 2 and all(x.shape == () and float(x) == 0
+                                        for x in tree_math.leaves(two_leaves))
+
+
+def test_bad_strategy_arguments_fail_clearly():
+    with pytest.raises(ValueError, match="kinds"):
+        pytrees(kinds=["set"]).example()
+    with pytest.raises(ValueError, match="min_leaves"):
+        pytrees(min_leaves=3, max_leaves=2).example()
+
+
+def test_library_imports_without_hypothesis():
+    code = ("import sys; sys.modules['hypothesis'] = None; import optax_compat; "
+            "import optax_compat.testing; print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=False)
+    assert result.stdout.strip() == "ok", result.stderr
