@@ -152,3 +152,45 @@ def compare_with_optax(
                 theirs_params = optax.apply_updates(theirs_params, theirs_updates)
                 assert_close(params, theirs_params, dtype, what=f"params step {step}")
     return ours_state, theirs_state
+
+
+def assert_inplace_matches_pure(tx: Any, dtype: torch.dtype = torch.float32, steps: int = 5,
+                                params: Any = None, grads: Sequence[Any] | None = None) -> None:
+    """Runs ``tx.update`` with ``inplace=False`` and ``inplace=True`` side by side.
+
+    Checks that both give bit-identical updates and states at every step, that the pure path
+    leaves its inputs untouched, and that the in-place path writes the updates into the incoming
+    tensors and keeps its floating-point state buffers (same storage) from step to step.
+    """
+    params = make_tree(dtype, seed=0) if params is None else params
+    grads = [make_tree(dtype, seed=i + 1) for i in range(steps)] if grads is None else grads
+
+    def leaves(tree: Any) -> list:
+        return optree.tree_leaves(tree, none_is_leaf=False)
+
+    def clone(tree: Any) -> Any:
+        return optree.tree_map(torch.clone, tree, none_is_leaf=False)
+
+    def float_buffers(state: Any) -> list[int]:
+        return [x.data_ptr() for x in leaves(state)
+                if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0]
+
+    pure_state, inplace_state = tx.init(params), tx.init(params)
+    for step, grad in enumerate(grads):
+        pure_grad, inplace_grad = clone(grad), clone(grad)
+        pure_updates, pure_state = tx.update(pure_grad, pure_state, params)
+        assert all(torch.equal(a, b) for a, b in zip(leaves(pure_grad), leaves(grad))), (
+            f"step {step}: the pure path mutated its updates")
+        buffers = float_buffers(inplace_state)
+        inplace_updates, inplace_state = tx.update(inplace_grad, inplace_state, params,
+                                                   inplace=True)
+        for what, ours, ref in (("updates", inplace_updates, pure_updates),
+                                ("state", inplace_state, pure_state)):
+            ours_leaves, ref_leaves = leaves(ours), leaves(ref)
+            assert len(ours_leaves) == len(ref_leaves)
+            assert all(torch.equal(a, b) for a, b in zip(ours_leaves, ref_leaves)), (
+                f"step {step}: in-place {what} differ from the pure path")
+        written = [u.data_ptr() for u in leaves(inplace_updates)]
+        assert written == [g.data_ptr() for g in leaves(inplace_grad)], (
+            f"step {step}: updates not written in place")
+        assert float_buffers(inplace_state) == buffers, f"step {step}: state buffers not reused"

@@ -12,6 +12,24 @@ from optax_compat._src import tree_math as tm
 from optax_compat.tree_utils import _casting, _tree_math
 
 
+def _scaled_in_own_dtype(xs: list[torch.Tensor], scalar: float | torch.Tensor,
+                        ) -> list[torch.Tensor]:
+    """``scalar * x`` per leaf as JAX computes it for a Python ``scalar``: the scalar is first
+    rounded to the leaf's dtype (weak typing), which matters for low-precision accumulators."""
+    if isinstance(scalar, torch.Tensor):
+        return tm.mul(xs, scalar)
+    return [x * torch.tensor(scalar, dtype=x.dtype, device=x.device) for x in xs]
+
+
+def _plus_decayed(grads: list[torch.Tensor], decay: float | torch.Tensor,
+                  traces: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``grad + decay * trace`` per leaf; with an ``accumulator_dtype`` other than the updates'
+    dtype, ``decay * trace`` is rounded in the trace's dtype first, as in JAX."""
+    if tm.same_dtypes(grads, traces):
+        return tm.add_scaled(grads, decay, traces)
+    return tm.add(grads, _scaled_in_own_dtype(traces, decay))
+
+
 class TraceState(NamedTuple):
     """Holds an aggregation of past updates."""
 
@@ -54,7 +72,7 @@ def trace(
             else:
                 tm.copy_(traces, tm.add_scaled_(grads, decay, traces))
             return updates, state
-        new_traces = tm.add_scaled(grads, decay, traces)
+        new_traces = _plus_decayed(grads, decay, traces)
         new_updates = tm.add_scaled(grads, decay, new_traces) if nesterov else new_traces
         new_traces = tm.cast(new_traces, accumulator_dtype)
         return tm.unflatten(spec, new_updates), TraceState(trace=tm.unflatten(spec, new_traces))
@@ -91,7 +109,13 @@ def ema(
 
     def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None):
         del params
-        new_ema = _tree_math.tree_update_moment(updates, state.ema, decay, order=1)
+        grads, spec = tm.flatten(updates)
+        moments = tm.leaves_like(state.ema, spec, "state.ema", reference=updates)
+        if tm.same_dtypes(grads, moments):
+            new_ema = tm.unflatten(spec, tm.ema(moments, grads, decay))
+        else:
+            new_ema = tm.unflatten(spec, tm.add(tm.mul(grads, 1 - decay),
+                                                _scaled_in_own_dtype(moments, decay)))
         count_inc = numerics.safe_increment(state.count)
         updates = _tree_math.tree_bias_correction(new_ema, decay, count_inc) if debias else new_ema
         return updates, EmaState(count=count_inc,
