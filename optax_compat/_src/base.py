@@ -181,3 +181,13 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
         return tx.update(updates, state, params)
 
     return GradientTransformationExtraArgs(tx.init, update)
+
+
+# The states of stateless transformations, under the names Optax gives them.
+AdaptiveGradClipState = EmptyState
+AddDecayedWeightsState = EmptyState
+ClipByGlobalNormState = EmptyState
+ClipState = EmptyState
+NonNegativeParamsState = EmptyState
+ScaleByTrustRatioState = EmptyState
+ScaleState = EmptyState

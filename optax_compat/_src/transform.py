@@ -1,0 +1,1515 @@
+"""Gradient transformations (mirrors ``optax/_src/transform.py``).
+
+Every transformation here has Optax's name, signature, defaults and state NamedTuple, and
+computes Optax's numbers. The arithmetic goes through :mod:`optax_compat._src.tree_math`:
+``update`` flattens the incoming updates once, checks every state buffer against that
+structure with :func:`~optax_compat._src.tree_math.leaves_like` (a mismatch raises
+``ValueError`` naming the first differing path), runs one ``torch._foreach_*`` kernel per
+operation over all leaves, and unflattens once. A leaf that is not a floating-point tensor
+raises ``TypeError`` naming its path; a transformation that needs ``params`` and gets ``None``
+raises ``ValueError`` naming itself. Errors are raised before any state is built, so no
+partial state ever escapes.
+
+Purity and differentiability:
+  By default ``init`` and ``update`` never mutate their arguments: new state buffers and new
+  updates are returned. Hyperparameters may be 0-d tensors that require grad, and inputs may
+  require grad; the result is then differentiable with ``torch.autograd``. Counters are
+  ``int32`` 0-d tensors on the device of the params, and nothing in ``update`` synchronises
+  with the device (``torch.where`` stands for ``lax.cond``/``jnp.where``).
+
+The opt-in in-place path (TorchOpt's ``inplace=True``):
+  The transformations used on the hot path of the optimizer aliases (:func:`scale`,
+  :func:`scale_by_learning_rate`, :func:`scale_by_schedule`, :func:`scale_by_sign`,
+  :func:`scale_by_adam`, :func:`scale_by_rms`, :func:`scale_by_stddev`, :func:`scale_by_rss`,
+  :func:`scale_by_lion`, :func:`scale_by_adamax`, :func:`scale_by_radam`,
+  :func:`scale_by_adadelta`) are :class:`~optax_compat.GradientTransformationExtraArgs`
+  whose ``update`` takes a keyword-only ``inplace: bool = False`` (combinators such as
+  ``chain`` pass it through as an extra argument). With ``inplace=True`` they write the new
+  state into the buffers of the state they were given (the returned state holds those same
+  tensors) and may write the returned updates into the incoming ``updates`` tensors, which
+  must then not be used afterwards. The numbers are bit-for-bit those of the pure path. It is
+  meant for steps nobody differentiates through; the pure path is the default.
+
+Speed:
+  :func:`scale_by_adam` runs PyTorch's fused Adam kernel (one pass per tensor) on copies of
+  its moments (or on the moments themselves with ``inplace=True``) when nothing requires
+  grad, all leaves share one floating dtype and device, ``b1``/``b2``/``eps`` are numbers,
+  ``eps_root == 0``, ``nesterov`` is off and ``mu_dtype`` matches. Otherwise it takes the
+  general foreach path, which follows Optax's formula operation for operation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, Optional, Union
+
+import torch
+
+from optax_compat._src import base, numerics
+from optax_compat._src import tree_math as tm
+
+Scalar = Union[float, int, torch.Tensor]
+Leaves = tm.Leaves
+
+_FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared helpers.
+
+
+def _device_of(tree: Any) -> Optional[torch.device]:
+    leaves = tm.leaves(tree)
+    return leaves[0].device if leaves and isinstance(leaves[0], torch.Tensor) else None
+
+
+def _zero_count(params: base.Params) -> torch.Tensor:
+    """An ``int32`` 0-d counter on the device of ``params``."""
+    return torch.zeros([], dtype=torch.int32, device=_device_of(params))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _params_leaves(params: Optional[base.Params], spec: Any, updates: base.Updates,
+                   name: str) -> Leaves:
+    """The leaves of ``params``, which ``name`` needs and which must match ``updates``."""
+    if params is None:
+        raise ValueError(f"{base.NO_PARAMS_MSG} ({name} needs them.)")
+    return tm.leaves_like(params, spec, "params", reference=updates)
+
+
+def _state_leaves(tree: Any, spec: Any, updates: base.Updates, what: str) -> Leaves:
+    return tm.leaves_like(tree, spec, what, reference=updates)
+
+
+def _store(buffers: Leaves, values: Leaves, inplace: bool) -> Leaves:
+    """The new state buffers: ``values``, or ``buffers`` overwritten with them when in place."""
+    if inplace and buffers is not values:
+        return tm.copy_(buffers, values)
+    return values
+
+
+def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Tensor:
+    """``1 - decay ** count`` as a 0-d tensor in the widest precision of the leaves.
+
+    Optax evaluates it with JAX's default float (float32, or float64 under x64) before
+    casting to each moment's dtype: a low-precision power would round to one.
+    """
+    dtype = tm.widest_real_dtype(xs)
+    return 1 - decay ** count.to(dtype)
+
+
+def _debias(xs: Leaves, correction: torch.Tensor) -> Leaves:
+    """``x / correction`` with the correction cast to each leaf's dtype, as Optax does."""
+    return tm.div(xs, tm.scalar_like(correction, xs))
+
+
+def _zeros(params: base.Params, dtype: Optional[torch.dtype] = None) -> Any:
+    return tm.tree_map(lambda p: torch.zeros_like(p, dtype=dtype), params)
+
+
+def _full(params: base.Params, value: Scalar) -> Any:
+    return tm.tree_map(lambda p: torch.full_like(p, value), params)
+
+
+def _nesterov_moment(mus: Leaves, gs: Leaves, b1: Scalar, count_inc: torch.Tensor) -> Leaves:
+    """``b1 * m_hat(t + 1) + (1 - b1) * g_hat(t)``: Nesterov's look-ahead first moment."""
+    next_correction = _bias_correction(b1, numerics.safe_increment(count_inc), mus)
+    correction = _bias_correction(b1, count_inc, gs)
+    return tm.add(tm.mul(_debias(mus, next_correction), b1),
+                  tm.mul(_debias(gs, correction), 1 - b1))
+
+
+def _first_moment(mus: Leaves, gs: Leaves, b1: Scalar, count_inc: torch.Tensor,
+                  nesterov: bool) -> Leaves:
+    """The bias-corrected first moment, with or without Nesterov's look-ahead."""
+    if nesterov:
+        return _nesterov_moment(mus, gs, b1, count_inc)
+    return _debias(mus, _bias_correction(b1, count_inc, mus))
+
+
+def _adam_ratio(mu_hats: Leaves, nu_hats: Leaves, eps: Scalar, eps_root: Scalar) -> Leaves:
+    """``m / (sqrt(v + eps_root) + eps)`` per leaf."""
+    if not tm.is_zero(eps_root):
+        nu_hats = tm.add(nu_hats, eps_root)
+    return tm.div(mu_hats, tm.add(tm.sqrt(nu_hats), eps))
+
+
+def _where_positive_rsqrt(xs: Leaves, eps: Scalar) -> Leaves:
+    """``rsqrt(x + eps)`` where ``x > 0``, else 0 (``jnp.where``, elementwise)."""
+    roots = tm.rsqrt(tm.add(xs, eps))
+    return [torch.where(x > 0, r, torch.zeros((), dtype=r.dtype, device=r.device))
+            for x, r in zip(xs, roots)]
+
+
+def _with_extra_args(init_fn: Callable[..., Any],
+                     update_fn: Callable[..., Any]) -> base.GradientTransformationExtraArgs:
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fixed scalings.
+
+
+def scale(step_size: Scalar) -> base.GradientTransformationExtraArgs:
+    """Scales updates by a fixed scalar ``step_size``.
+
+    Args:
+      step_size: a number or a 0-d tensor (which may require grad).
+
+    Returns:
+      A stateless transformation; its ``update`` accepts ``inplace``.
+    """
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        factor = tm.scalar_like(step_size, gs)
+        scaled = tm.mul_(gs, factor) if inplace else tm.mul(gs, factor)
+        return tm.unflatten(spec, scaled), state
+
+    return _with_extra_args(base.init_empty_state, update_fn)
+
+
+class ScaleByScheduleState(NamedTuple):
+    """The step count of :func:`scale_by_schedule`."""
+
+    count: torch.Tensor  # 0-d int32
+
+
+def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformationExtraArgs:
+    """Scales updates by ``step_size_fn(count)``, the count of updates so far.
+
+    Args:
+      step_size_fn: maps the step count (an ``int32`` 0-d tensor) to a step size.
+
+    Returns:
+      A transformation with a :class:`ScaleByScheduleState`; its ``update`` accepts
+      ``inplace``.
+
+    Raises:
+      TypeError: if ``step_size_fn`` is not callable.
+    """
+    if not callable(step_size_fn):
+        raise TypeError(f"step_size_fn must be callable, got {type(step_size_fn).__name__}.")
+
+    def init_fn(params):
+        return ScaleByScheduleState(count=_zero_count(params))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        # Optax casts the step size to each update's dtype before multiplying.
+        factor = tm.scalar_like(torch.as_tensor(step_size_fn(state.count)), gs)
+        scaled = tm.mul_(gs, factor) if inplace else tm.mul(gs, factor)
+        return (tm.unflatten(spec, scaled),
+                ScaleByScheduleState(count=numerics.safe_increment(state.count)))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+def scale_by_learning_rate(
+    learning_rate: Optional[base.ScalarOrSchedule] = None,
+    *,
+    flip_sign: bool = True,
+) -> base.GradientTransformationExtraArgs:
+    """Scales updates by the learning rate, negated by default (gradient descent).
+
+    Args:
+      learning_rate: a number, a 0-d tensor, or a schedule of the step count; ``None`` means
+        no scaling.
+      flip_sign: scale by ``-learning_rate`` (the default) instead of ``learning_rate``.
+
+    Returns:
+      :func:`scale` or :func:`scale_by_schedule` (the identity for ``None``); ``update``
+      accepts ``inplace``.
+    """
+    if learning_rate is None:
+        return base.with_extra_args_support(base.identity())
+    sign = -1 if flip_sign else 1
+    if callable(learning_rate):
+        return scale_by_schedule(lambda count: sign * learning_rate(count))
+    return scale(sign * learning_rate)
+
+
+def scale_by_sign() -> base.GradientTransformationExtraArgs:
+    """Replaces each update by its sign.
+
+    Returns:
+      A stateless transformation; its ``update`` accepts ``inplace``.
+    """
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        return tm.unflatten(spec, tm.sign_(gs) if inplace else tm.sign(gs)), state
+
+    return _with_extra_args(base.init_empty_state, update_fn)
+
+
+# ----------------------------------------------------------------------------------------------
+# Adaptive moments.
+
+
+class ScaleByRssState(NamedTuple):
+    """The sum of squared gradients so far."""
+
+    sum_of_squares: base.Updates
+
+
+def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
+                 eps: Scalar = 1e-7) -> base.GradientTransformationExtraArgs:
+    """Scales updates by the inverse root of the sum of all squared gradients (AdaGrad).
+
+    Args:
+      initial_accumulator_value: starting value of the accumulators, at least 0.
+      eps: added under the square root.
+
+    Returns:
+      A transformation with a :class:`ScaleByRssState`; ``update`` accepts ``inplace``.
+
+    References:
+      Duchi et al, `Adaptive Subgradient Methods for Online Learning and Stochastic
+      Optimization <https://jmlr.org/papers/v12/duchi11a.html>`_, 2011.
+    """
+
+    def init_fn(params):
+        return ScaleByRssState(sum_of_squares=_full(params, initial_accumulator_value))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        old = _state_leaves(state.sum_of_squares, spec, updates, "state.sum_of_squares")
+        sums = tm.add(tm.abs_sq(gs), old)
+        scaled = tm.mul(_where_positive_rsqrt(sums, eps), gs)
+        return (tm.unflatten(spec, scaled),
+                ScaleByRssState(sum_of_squares=tm.unflatten(spec, _store(old, sums, inplace))))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByRmsState(NamedTuple):
+    """The moving average of squared updates of :func:`scale_by_rms`."""
+
+    nu: base.Updates
+
+
+class ScaleByRmsWithCountState(NamedTuple):
+    """The state of :func:`scale_by_rms` with ``bias_correction=True``."""
+
+    count: torch.Tensor  # 0-d int32
+    nu: base.Updates
+
+
+def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Leaves:
+    """``decay * nu + (1 - decay) * |g| ** 2``, one foreach kernel per step of the formula.
+
+    When nothing is differentiated and dtypes agree it runs ``mul`` then ``addcmul_`` on a
+    fresh buffer (or on ``nus`` itself when in place: the same kernels, the same numbers);
+    otherwise Optax's formula, out of place.
+    """
+    if (_is_number(decay) and tm.same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
+            and not tm.is_recording(nus, gs)):
+        moments = tm.mul_(nus, decay) if inplace else tm.mul(nus, decay)
+        return tm.addcmul_(moments, gs, gs, 1 - decay)
+    return _store(nus, tm.ema(nus, tm.abs_sq(gs), decay), inplace)
+
+
+def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
+    if eps_in_sqrt:
+        return tm.rsqrt(tm.add(nu_hats, eps))
+    return list(torch._foreach_reciprocal(tm.add(tm.sqrt(nu_hats), eps))) if nu_hats else []
+
+
+def _scale_updates(scaling: Leaves, gs: Leaves, inplace: bool) -> Leaves:
+    """``scaling * g``, written into the updates when in place (same kernel, same numbers)."""
+    if inplace and tm.same_dtypes(gs, scaling):
+        return tm.mul_(gs, scaling)
+    return tm.mul(scaling, gs)
+
+
+def scale_by_rms(
+    decay: Scalar = 0.9,
+    eps: Scalar = 1e-8,
+    initial_scale: Scalar = 0.0,
+    eps_in_sqrt: bool = True,
+    bias_correction: bool = False,
+) -> base.GradientTransformationExtraArgs:
+    """Scales updates by the root of the moving average of their squares (RMSProp).
+
+    Args:
+      decay: decay of the moving average of squared updates.
+      eps: stabilises the denominator.
+      initial_scale: initial value of the second moment.
+      eps_in_sqrt: add ``eps`` under the square root (else outside it).
+      bias_correction: correct the moving average for its zero (or ``initial_scale``) start.
+
+    Returns:
+      A transformation with a :class:`ScaleByRmsState` (a :class:`ScaleByRmsWithCountState`
+      with bias correction); ``update`` accepts ``inplace``.
+
+    References:
+      Hinton, `Overview of mini-batch gradient descent
+      <www.cs.toronto.edu/~tijmen/csc321/slides/lecture_slides_lec6.pdf>`_, 2012.
+    """
+
+    def init_fn(params):
+        nu = _full(params, initial_scale)
+        if bias_correction:
+            return ScaleByRmsWithCountState(count=_zero_count(params), nu=nu)
+        return ScaleByRmsState(nu=nu)
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        new_nus = _second_moment(nus, gs, decay, inplace)
+        if bias_correction:
+            count_inc = numerics.safe_increment(state.count)
+            nu_hats = _debias(new_nus, _bias_correction(decay, count_inc, new_nus))
+        else:
+            nu_hats = new_nus
+        scaled = _scale_updates(_rms_scaling(nu_hats, eps, eps_in_sqrt), gs, inplace)
+        nu = tm.unflatten(spec, new_nus)
+        new_state = (ScaleByRmsWithCountState(count=count_inc, nu=nu) if bias_correction
+                     else ScaleByRmsState(nu=nu))
+        return tm.unflatten(spec, scaled), new_state
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByRStdDevState(NamedTuple):
+    """The moving averages of updates and of their squares of :func:`scale_by_stddev`."""
+
+    mu: base.Updates
+    nu: base.Updates
+
+
+class ScaleByRStdDevWithCountState(NamedTuple):
+    """The state of :func:`scale_by_stddev` with ``bias_correction=True``."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
+
+
+def scale_by_stddev(
+    decay: Scalar = 0.9,
+    eps: Scalar = 1e-8,
+    initial_scale: Scalar = 0.0,
+    eps_in_sqrt: bool = True,
+    bias_correction: bool = False,
+) -> base.GradientTransformationExtraArgs:
+    """Scales updates by the inverse of their moving (centered) standard deviation.
+
+    Args:
+      decay: decay of the moving averages.
+      eps: stabilises the denominator.
+      initial_scale: initial value of the second moment.
+      eps_in_sqrt: add ``eps`` under the square root (else outside it).
+      bias_correction: correct both moving averages for their start.
+
+    Returns:
+      A transformation with a :class:`ScaleByRStdDevState` (with a count when bias
+      corrected); ``update`` accepts ``inplace``.
+
+    References:
+      Graves, `Generating Sequences With Recurrent Neural Networks
+      <https://arxiv.org/abs/1308.0850>`_, 2013.
+    """
+
+    def init_fn(params):
+        mu = _zeros(params)
+        nu = _full(params, initial_scale)
+        if bias_correction:
+            return ScaleByRStdDevWithCountState(count=_zero_count(params), mu=mu, nu=nu)
+        return ScaleByRStdDevState(mu=mu, nu=nu)
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        new_mus = tm.ema(mus, gs, decay)
+        new_nus = tm.ema(nus, tm.abs_sq(gs), decay)
+        mu_hats, nu_hats = new_mus, new_nus
+        if bias_correction:
+            count_inc = numerics.safe_increment(state.count)
+            correction = _bias_correction(decay, count_inc, new_mus)
+            mu_hats, nu_hats = _debias(new_mus, correction), _debias(new_nus, correction)
+        variances = tm.sub(nu_hats, tm.abs_sq(mu_hats))
+        scaled = tm.mul(_rms_scaling(variances, eps, eps_in_sqrt), gs)
+        mu = tm.unflatten(spec, _store(mus, new_mus, inplace))
+        nu = tm.unflatten(spec, _store(nus, new_nus, inplace))
+        new_state = (ScaleByRStdDevWithCountState(count=count_inc, mu=mu, nu=nu)
+                     if bias_correction else ScaleByRStdDevState(mu=mu, nu=nu))
+        return tm.unflatten(spec, scaled), new_state
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByAdamState(NamedTuple):
+    """The state of Adam: the step count and the first and second moments."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
+
+
+def _fused_adam_applies(gs: Leaves, mus: Leaves, nus: Leaves, hyperparameters: tuple,
+                        eps_root: Scalar, nesterov: bool) -> bool:
+    """Whether PyTorch's fused Adam kernel computes exactly this step."""
+    if nesterov or not gs or not tm.is_zero(eps_root):
+        return False
+    if not all(_is_number(h) for h in hyperparameters):
+        return False
+    dtype, device = gs[0].dtype, gs[0].device
+    if dtype not in _FUSED_ADAM_DTYPES or device.type not in ("cpu", "cuda"):
+        return False
+    if not all(x.dtype == dtype and x.device == device and x.is_contiguous()
+               for x in itertools.chain(gs, mus, nus)):
+        return False
+    return not tm.is_recording(gs, mus, nus)
+
+
+def _fused_adam_updates(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tensor,
+                        b1: float, b2: float, eps: float) -> Leaves:
+    """Advances ``mus``/``nus`` in place and returns ``m_hat / (sqrt(v_hat) + eps)``.
+
+    The fused kernel writes ``param - lr * m_hat / (sqrt(v_hat) + eps)`` into its parameter
+    buffers; with zero buffers and ``lr = -1`` that is the Adam direction itself.
+    """
+    directions = [torch.zeros_like(g) for g in gs]
+    step = count_inc.to(dtype=torch.float32)
+    torch._fused_adam_(directions, gs, mus, nus, [], [step] * len(gs), lr=-1.0, beta1=b1,
+                       beta2=b2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+    return directions
+
+
+def scale_by_adam(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+    mu_dtype: Optional[torch.dtype] = None,
+    *,
+    nesterov: bool = False,
+) -> base.GradientTransformationExtraArgs:
+    """Scales updates by Adam's bias-corrected moments: ``m_hat / (sqrt(v_hat + eps_root) + eps)``.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the second moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added inside the square root (keeps gradients through the update finite).
+      mu_dtype: dtype of the first moment (``None``: that of the params).
+      nesterov: use Nesterov's look-ahead first moment (NAdam).
+
+    Returns:
+      A transformation with a :class:`ScaleByAdamState`; ``update`` accepts ``inplace``.
+
+    References:
+      Kingma et al, `Adam: A Method for Stochastic Optimization
+      <https://arxiv.org/abs/1412.6980>`_, 2014.
+
+      Dozat, `Incorporating Nesterov Momentum into Adam
+      <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
+    """
+
+    def init_fn(params):
+        return ScaleByAdamState(count=_zero_count(params), mu=_zeros(params, mu_dtype),
+                                nu=_zeros(params))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        count_inc = numerics.safe_increment(state.count)
+        if _fused_adam_applies(gs, mus, nus, (b1, b2, eps), eps_root, nesterov):
+            if not inplace:
+                mus, nus = tm.clone(mus), tm.clone(nus)
+            scaled = _fused_adam_updates(gs, mus, nus, count_inc, b1, b2, eps)
+            new_mus, new_nus = mus, nus
+        else:
+            moments = tm.ema(mus, gs, b1)
+            seconds = tm.ema(nus, tm.abs_sq(gs), b2)
+            mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
+            nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
+            scaled = _adam_ratio(mu_hats, nu_hats, eps, eps_root)
+            new_mus = _store(mus, tm.cast(moments, mu_dtype), inplace)
+            new_nus = _store(nus, [v.to(n.dtype) for v, n in zip(seconds, nus)], inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByAmsgradState(NamedTuple):
+    """The state of AMSGrad: Adam's plus the running maximum of the second moment."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
+    nu_max: base.Updates
+
+
+def scale_by_amsgrad(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+    mu_dtype: Optional[torch.dtype] = None,
+    bias_correction_mu: bool = True,
+    bias_correction_nu: bool = True,
+) -> base.GradientTransformation:
+    """Scales updates by AMSGrad: Adam with the running maximum of the second moment.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the second moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added inside the square root.
+      mu_dtype: dtype of the first moment (``None``: that of the params).
+      bias_correction_mu: bias-correct the first moment (False: as in the paper).
+      bias_correction_nu: bias-correct the second moment before the maximum.
+
+    Returns:
+      A transformation with a :class:`ScaleByAmsgradState`.
+
+    References:
+      Reddi et al, `On the Convergence of Adam and Beyond
+      <https://openreview.net/forum?id=ryQu7f-RZ>`_, 2018.
+    """
+
+    def init_fn(params):
+        return ScaleByAmsgradState(count=_zero_count(params), mu=_zeros(params, mu_dtype),
+                                   nu=_zeros(params), nu_max=_zeros(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        maxima = _state_leaves(state.nu_max, spec, updates, "state.nu_max")
+        count_inc = numerics.safe_increment(state.count)
+        moments = tm.ema(mus, gs, b1)
+        seconds = tm.ema(nus, tm.abs_sq(gs), b2)
+        mu_hats = (_debias(moments, _bias_correction(b1, count_inc, moments))
+                   if bias_correction_mu else moments)
+        nu_effective = (_debias(seconds, _bias_correction(b2, count_inc, seconds))
+                        if bias_correction_nu else seconds)
+        new_maxima = tm.maximum(maxima, nu_effective)
+        scaled = _adam_ratio(mu_hats, new_maxima, eps, eps_root)
+        return tm.unflatten(spec, scaled), ScaleByAmsgradState(
+            count=count_inc, mu=tm.unflatten(spec, tm.cast(moments, mu_dtype)),
+            nu=tm.unflatten(spec, seconds), nu_max=tm.unflatten(spec, new_maxima))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
+                    eps: Scalar = 1e-8) -> base.GradientTransformationExtraArgs:
+    """Scales updates by Adamax: the first moment over an infinity-norm second moment.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the exponentially weighted infinity norm.
+      eps: added to the magnitude of the updates.
+
+    Returns:
+      A transformation with a :class:`ScaleByAdamState`; ``update`` accepts ``inplace``.
+
+    References:
+      Kingma et al, `Adam: A Method for Stochastic Optimization
+      <https://arxiv.org/abs/1412.6980>`_, 2014.
+    """
+
+    def init_fn(params):
+        return ScaleByAdamState(count=_zero_count(params), mu=_zeros(params), nu=_zeros(params))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        count_inc = numerics.safe_increment(state.count)
+        moments = tm.ema(mus, gs, b1)
+        maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
+        scaled = tm.div(_debias(moments, _bias_correction(b1, count_inc, moments)), maxima)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, _store(mus, moments, inplace)),
+            nu=tm.unflatten(spec, _store(nus, maxima, inplace)))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByLionState(NamedTuple):
+    """The state of Lion: the step count and the momentum."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+
+
+_LION_MODES = ("hard", "smooth", "refined")
+
+
+def scale_by_lion(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.99,
+    mu_dtype: Optional[torch.dtype] = None,
+    *,
+    mode: Literal["hard", "smooth", "refined"] = "hard",
+    smooth_beta: float = 1.0,
+) -> base.GradientTransformationExtraArgs:
+    """Scales updates by Lion: the sign of an interpolation of gradient and momentum.
+
+    Args:
+      b1: weight of the momentum in the interpolation.
+      b2: decay of the momentum.
+      mu_dtype: dtype of the momentum (``None``: that of the params).
+      mode: ``'hard'`` (sign), ``'smooth'`` (``tanh(smooth_beta * x)``) or ``'refined'``
+        (linear in ``[-1, 1]``, the sign outside).
+      smooth_beta: sharpness of the ``'smooth'`` mode.
+
+    Returns:
+      A transformation with a :class:`ScaleByLionState`; ``update`` accepts ``inplace``.
+
+    Raises:
+      ValueError: for an unknown ``mode``.
+
+    References:
+      Chen et al, `Symbolic Discovery of Optimization Algorithms
+      <https://arxiv.org/abs/2302.06675>`_, 2023.
+    """
+    if mode not in _LION_MODES:
+        raise ValueError(f"Unknown lion mode: {mode!r}. It needs to be one of {_LION_MODES}.")
+
+    def direction(xs: Leaves, inplace: bool) -> Leaves:
+        if mode == "hard":
+            return tm.sign_(xs) if inplace else tm.sign(xs)
+        if mode == "smooth":
+            return list(torch._foreach_tanh(tm.mul(xs, smooth_beta)))
+        return [torch.where(x.abs() < 1.0, x, x.sign()) for x in xs]
+
+    def init_fn(params):
+        return ScaleByLionState(count=_zero_count(params), mu=_zeros(params, mu_dtype))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        fast = (_is_number(b1) and _is_number(b2) and tm.same_dtypes(mus, gs)
+                and not tm.is_recording(mus, gs))
+        mixed = tm.add_scaled(tm.mul(gs, 1.0 - b1), b1, mus)
+        # ``mixed`` is a fresh buffer: the sign may overwrite it unless autograd needs it.
+        scaled = direction(mixed, inplace=fast)
+        if fast:
+            new_mus = tm.lerp(mus, gs, 1 - b2, inplace=inplace)
+        else:
+            new_mus = _store(mus, tm.cast(tm.ema(mus, gs, b2), mu_dtype), inplace)
+        return tm.unflatten(spec, scaled), ScaleByLionState(
+            count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByBeliefState(NamedTuple):
+    """The state of AdaBelief: the step count, the first moment and the belief variance."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
+
+
+def scale_by_belief(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-16,
+    eps_root: Scalar = 1e-16,
+    *,
+    nesterov: bool = False,
+) -> base.GradientTransformation:
+    """Scales updates by AdaBelief: the first moment over the variance of its prediction error.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the second moment of the prediction error.
+      eps: added to the denominator outside the square root.
+      eps_root: added to the second moment (must be non-zero to differentiate through).
+      nesterov: use Nesterov's look-ahead first moment.
+
+    Returns:
+      A transformation with a :class:`ScaleByBeliefState`.
+
+    References:
+      Zhuang et al, `AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
+      Gradients <https://arxiv.org/abs/2010.07468>`_, 2020.
+    """
+
+    def init_fn(params):
+        return ScaleByBeliefState(count=_zero_count(params), mu=_zeros(params),
+                                  nu=_zeros(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        moments = tm.ema(mus, gs, b1)
+        errors = tm.sub(gs, moments)
+        seconds = tm.add(tm.ema(nus, tm.abs_sq(errors), b2), eps_root)
+        count_inc = numerics.safe_increment(state.count)
+        mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
+        nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
+        scaled = _adam_ratio(mu_hats, nu_hats, eps, 0.0)
+        return tm.unflatten(spec, scaled), ScaleByBeliefState(
+            count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def scale_by_yogi(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-3,
+    eps_root: Scalar = 0.0,
+    initial_accumulator_value: Scalar = 1e-6,
+) -> base.GradientTransformation:
+    """Scales updates by Yogi: Adam whose second moment moves additively, by the sign of the gap.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the second moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added inside the square root.
+      initial_accumulator_value: starting value of both moments (positive).
+
+    Returns:
+      A transformation with a :class:`ScaleByAdamState`.
+
+    References:
+      Zaheer et al, `Adaptive Methods for Nonconvex Optimization
+      <https://papers.nips.cc/paper/8186-adaptive-methods-for-nonconvex-optimization.pdf>`_,
+      2018.
+    """
+
+    def init_fn(params):
+        return ScaleByAdamState(count=_zero_count(params),
+                                mu=_full(params, initial_accumulator_value),
+                                nu=_full(params, initial_accumulator_value))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        moments = tm.ema(mus, gs, b1)
+        squares = tm.abs_sq(gs)
+        steps = tm.mul(tm.sign(tm.sub(nus, squares)), 1 - b2)
+        seconds = tm.sub(nus, tm.mul(steps, squares))
+        count_inc = numerics.safe_increment(state.count)
+        mu_hats = _debias(moments, _bias_correction(b1, count_inc, moments))
+        nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
+        scaled = _adam_ratio(mu_hats, nu_hats, eps, eps_root)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def scale_by_radam(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+    threshold: Scalar = 5.0,
+    *,
+    nesterov: bool = False,
+) -> base.GradientTransformationExtraArgs:
+    """Scales updates by Rectified Adam: Adam once the variance is tractable, momentum before.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the second moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added inside the square root.
+      threshold: length of the approximated SMA above which the adaptive step is used.
+      nesterov: use Nesterov's look-ahead first moment.
+
+    Returns:
+      A transformation with a :class:`ScaleByAdamState`; ``update`` accepts ``inplace``.
+
+    References:
+      Liu et al, `On the Variance of the Adaptive Learning Rate and Beyond
+      <https://arxiv.org/abs/1908.03265>`_, 2020.
+    """
+    ro_inf = 2.0 / (1.0 - b2) - 1.0
+
+    def init_fn(params):
+        return ScaleByAdamState(count=_zero_count(params), mu=_zeros(params), nu=_zeros(params))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        moments = tm.ema(mus, gs, b1)
+        seconds = tm.ema(nus, tm.abs_sq(gs), b2)
+        count_inc = numerics.safe_increment(state.count)
+        steps = count_inc.to(tm.widest_real_dtype(gs))
+        b2t = b2 ** steps
+        ro = ro_inf - 2 * steps * b2t / (1 - b2t)
+        rectifier = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf
+                               / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
+        mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
+        nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
+        adaptive = _adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)), nu_hats,
+                               eps, eps_root)
+        scaled = tm.where(ro >= threshold, adaptive, mu_hats)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, _store(mus, moments, inplace)),
+            nu=tm.unflatten(spec, _store(nus, seconds, inplace)))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByAdaDeltaState(NamedTuple):
+    """The state of Adadelta: moving averages of squared gradients and squared updates."""
+
+    e_g: base.Updates
+    e_x: base.Updates
+
+
+def scale_by_adadelta(rho: Scalar = 0.9,
+                      eps: Scalar = 1e-6) -> base.GradientTransformationExtraArgs:
+    """Scales updates by Adadelta: the ratio of the RMS of past updates to that of gradients.
+
+    Args:
+      rho: decay of both moving averages.
+      eps: added under both square roots.
+
+    Returns:
+      A transformation with a :class:`ScaleByAdaDeltaState`; ``update`` accepts ``inplace``.
+
+    References:
+      Zeiler, `ADADELTA: An Adaptive Learning Rate Method
+      <https://arxiv.org/abs/1212.5701>`_, 2012.
+    """
+
+    def init_fn(params):
+        return ScaleByAdaDeltaState(e_g=_zeros(params), e_x=_zeros(params))
+
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        e_gs = _state_leaves(state.e_g, spec, updates, "state.e_g")
+        e_xs = _state_leaves(state.e_x, spec, updates, "state.e_x")
+        new_e_gs = tm.ema(e_gs, tm.square(gs), rho)
+        ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
+        scaled = tm.mul(ratios, gs)
+        new_e_xs = tm.ema(e_xs, tm.square(scaled), rho)
+        return tm.unflatten(spec, scaled), ScaleByAdaDeltaState(
+            e_g=tm.unflatten(spec, _store(e_gs, new_e_gs, inplace)),
+            e_x=tm.unflatten(spec, _store(e_xs, new_e_xs, inplace)))
+
+    return _with_extra_args(init_fn, update_fn)
+
+
+class ScaleByNovogradState(NamedTuple):
+    """The state of NovoGrad: the step count, the first moment and per-layer second moments."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
+
+
+def scale_by_novograd(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.25,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+    weight_decay: Scalar = 0.0,
+    mu_dtype: Optional[torch.dtype] = None,
+) -> base.GradientTransformation:
+    """Computes NovoGrad updates: layer-wise normalised gradients with momentum.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the per-layer second moment (a scalar per leaf).
+      eps: added to the denominator outside the square root.
+      eps_root: added inside the square root.
+      weight_decay: weight of the params added to the normalised gradient.
+      mu_dtype: dtype of the first moment (``None``: that of the params).
+
+    Returns:
+      A transformation with a :class:`ScaleByNovogradState`; ``update`` needs ``params``.
+
+    References:
+      Ginsburg et al, `Stochastic Gradient Methods with Layer-wise Adaptive Moments for
+      Training of Deep Networks <https://arxiv.org/abs/1905.11286>`_, 2019.
+    """
+
+    def init_fn(params):
+        return ScaleByNovogradState(
+            count=_zero_count(params), mu=_zeros(params, mu_dtype),
+            nu=tm.tree_map(lambda p: torch.zeros((), dtype=p.dtype, device=p.device), params))
+
+    def update_fn(updates, state, params=None):
+        gs, spec = tm.float_leaves(updates)
+        ps = _params_leaves(params, spec, updates, "scale_by_novograd")
+        mus = _state_leaves(state.mu, spec, updates, "state.mu")
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        count_inc = numerics.safe_increment(state.count)
+        first_step = count_inc == 1
+        squared_norms = tm.square(tm.norms(gs))
+        first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
+        new_nus = tm.where(first_step, first_nus, tm.ema(nus, squared_norms, b2))
+        denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
+        additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
+        moments = tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions))
+        new_mus = tm.unflatten(spec, tm.cast(moments, mu_dtype))
+        return new_mus, ScaleByNovogradState(count=count_inc, mu=new_mus,
+                                             nu=tm.unflatten(spec, new_nus))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+class ScaleByAdanState(NamedTuple):
+    """The state of Adan: moments of gradients, of their differences, of the combined term."""
+
+    m: base.Updates
+    v: base.Updates
+    n: base.Updates
+    g: base.Updates
+    t: torch.Tensor  # 0-d int32
+
+
+def scale_by_adan(
+    b1: Scalar = 0.98,
+    b2: Scalar = 0.92,
+    b3: Scalar = 0.99,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+) -> base.GradientTransformation:
+    """Scales updates by Adan (Algorithm 1 of the paper): Nesterov-accelerated adaptive moments.
+
+    Args:
+      b1: decay of the moving average of gradients.
+      b2: decay of the moving average of gradient differences.
+      b3: decay of the moving average of the squared combined term.
+      eps: added to the denominator outside the square root.
+      eps_root: added inside the square root.
+
+    Returns:
+      A transformation with a :class:`ScaleByAdanState`.
+
+    References:
+      Xie et al, `Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep
+      Models <https://arxiv.org/abs/2208.06677>`_, 2022.
+    """
+
+    def init_fn(params):
+        return ScaleByAdanState(m=_zeros(params), v=_zeros(params), n=_zeros(params),
+                                g=_zeros(params), t=_zero_count(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        ms = _state_leaves(state.m, spec, updates, "state.m")
+        vs = _state_leaves(state.v, spec, updates, "state.v")
+        ns = _state_leaves(state.n, spec, updates, "state.n")
+        previous = _state_leaves(state.g, spec, updates, "state.g")
+        differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
+        new_ms = tm.ema(ms, gs, b1)
+        new_vs = tm.ema(vs, differences, b2)
+        new_ns = tm.ema(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
+        t = numerics.safe_increment(state.t)
+        m_hats = _debias(new_ms, _bias_correction(b1, t, new_ms))
+        v_hats = _debias(new_vs, _bias_correction(b2, t, new_vs))
+        n_hats = _debias(new_ns, _bias_correction(b3, t, new_ns))
+        scaled = _adam_ratio(tm.add_scaled(m_hats, 1 - b2, v_hats), n_hats, eps, eps_root)
+        # The gradient is kept for the next difference: a copy, so that later in-place
+        # writes into the caller's gradient buffers cannot change the state.
+        return tm.unflatten(spec, scaled), ScaleByAdanState(
+            m=tm.unflatten(spec, new_ms), v=tm.unflatten(spec, new_vs),
+            n=tm.unflatten(spec, new_ns), g=tm.unflatten(spec, tm.clone(gs)), t=t)
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-block scalings.
+
+
+def _scale_by_block_statistic(statistic: Callable[[torch.Tensor], torch.Tensor],
+                              name: str) -> base.GradientTransformation:
+    """Multiplies each update leaf by ``statistic(param_leaf)``."""
+
+    def update_fn(updates, state, params=None):
+        gs, spec = tm.float_leaves(updates)
+        ps = _params_leaves(params, spec, updates, name)
+        return tm.unflatten(spec, [g * statistic(p) for g, p in zip(gs, ps)]), state
+
+    return base.GradientTransformation(base.init_empty_state, update_fn)
+
+
+def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
+    """Scales each update leaf by the norm of its parameter block (at least ``min_scale``).
+
+    Args:
+      min_scale: lower bound of the scaling factor.
+
+    Returns:
+      A stateless transformation whose ``update`` needs ``params``.
+    """
+    return _scale_by_block_statistic(lambda p: numerics.safe_norm(p, min_scale),
+                                     "scale_by_param_block_norm")
+
+
+def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
+    """Scales each update leaf by the root mean square of its parameter block.
+
+    Args:
+      min_scale: lower bound of the scaling factor.
+
+    Returns:
+      A stateless transformation whose ``update`` needs ``params``.
+    """
+    return _scale_by_block_statistic(lambda p: numerics.safe_root_mean_squares(p, min_scale),
+                                     "scale_by_param_block_rms")
+
+
+def _clipped_norms(xs: Leaves, min_norm: Scalar) -> torch.Tensor:
+    """The norm of each leaf, stacked, replaced by ``min_norm`` where not above it."""
+    stacked = torch.stack(tm.norms(xs))
+    return torch.where(stacked <= min_norm, torch.as_tensor(min_norm, dtype=stacked.dtype,
+                                                            device=stacked.device), stacked)
+
+
+def scale_by_trust_ratio(
+    min_norm: Scalar = 0.0,
+    trust_coefficient: Scalar = 1.0,
+    eps: Scalar = 0.0,
+) -> base.GradientTransformation:
+    """Scales each update leaf by the trust ratio ``|param| / |update|`` of its block.
+
+    Used by :func:`optax_compat.lars`, :func:`optax_compat.lamb` and
+    :func:`optax_compat.fromage`. All norms are computed in one foreach kernel.
+
+    Args:
+      min_norm: lower bound of the parameter and update norms.
+      trust_coefficient: multiplies the trust ratio.
+      eps: added to the update norm in the denominator.
+
+    Returns:
+      A stateless transformation whose ``update`` needs ``params``.
+
+    References:
+      You et al, `Large Batch Training of Convolutional Networks
+      <https://arxiv.org/abs/1708.03888>`_, 2017.
+    """
+
+    def update_fn(updates, state, params=None):
+        gs, spec = tm.float_leaves(updates)
+        ps = _params_leaves(params, spec, updates, "scale_by_trust_ratio")
+        if not gs:
+            return updates, state
+        param_norms = _clipped_norms(ps, min_norm)
+        update_norms = _clipped_norms(gs, min_norm)
+        ratios = param_norms * trust_coefficient / (update_norms + eps)
+        # A block whose params or update vanish is left unscaled rather than frozen.
+        ratios = torch.where((param_norms == 0) | (update_norms == 0),
+                             torch.ones_like(ratios), ratios)
+        factors = [r.to(g.dtype) for r, g in zip(ratios.unbind(), gs)]
+        return tm.unflatten(spec, tm.mul(gs, factors)), state
+
+    return base.GradientTransformation(base.init_empty_state, update_fn)
+
+
+class ScaleByRpropState(NamedTuple):
+    """The state of Rprop: per-element step sizes and the previous updates."""
+
+    step_sizes: base.Updates
+    prev_updates: base.Updates
+
+
+def scale_by_rprop(
+    learning_rate: Scalar,
+    eta_minus: Scalar = 0.5,
+    eta_plus: Scalar = 1.2,
+    min_step_size: Scalar = 1e-6,
+    max_step_size: Scalar = 50.0,
+) -> base.GradientTransformation:
+    """Scales updates by Rprop: per-element step sizes adapted to sign agreements.
+
+    Args:
+      learning_rate: the initial step size.
+      eta_minus: factor applied to the step size when the gradient changes sign.
+      eta_plus: factor applied when the gradient keeps its sign.
+      min_step_size: lower bound of the step sizes.
+      max_step_size: upper bound of the step sizes.
+
+    Returns:
+      A transformation with a :class:`ScaleByRpropState`.
+
+    References:
+      Riedmiller and Braun, `A Direct Adaptive Method for Faster Backpropagation Learning:
+      The RPROP Algorithm <https://ieeexplore.ieee.org/document/298623>`_, 1993.
+    """
+
+    def init_fn(params):
+        return ScaleByRpropState(step_sizes=_full(params, learning_rate),
+                                 prev_updates=_zeros(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        steps = _state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
+        previous = _state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
+        agreements = tm.mul(gs, previous)
+        new_steps = [
+            torch.where(a == 0, s, torch.clamp(torch.where(a > 0, s * eta_plus, s * eta_minus),
+                                               min_step_size, max_step_size))
+            for a, s in zip(agreements, steps)]
+        new_previous = [torch.where(a < 0, torch.zeros_like(g), s * g.sign())
+                        for a, g, s in zip(agreements, gs, new_steps)]
+        # As in Optax 0.2.8, the emitted update is the previous step's, zeroed on a sign flip.
+        scaled = [torch.where(a < 0, torch.zeros_like(p), p) for a, p in zip(agreements, previous)]
+        return tm.unflatten(spec, scaled), ScaleByRpropState(
+            step_sizes=tm.unflatten(spec, new_steps),
+            prev_updates=tm.unflatten(spec, new_previous))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+class ApplyEvery(NamedTuple):
+    """The state of :func:`apply_every`: a counter and the accumulated gradients."""
+
+    count: torch.Tensor  # 0-d int32
+    grad_acc: base.Updates
+
+
+def apply_every(k: int = 1) -> base.GradientTransformation:
+    """Accumulates gradients and emits their sum every ``k`` steps (zeros in between).
+
+    Other transformations of a chain still update their state at every step; see
+    :class:`optax_compat.MultiSteps` for true gradient accumulation.
+
+    Args:
+      k: emit the accumulated updates every ``k`` steps.
+
+    Returns:
+      A transformation with an :class:`ApplyEvery` state.
+    """
+
+    def init_fn(params):
+        return ApplyEvery(count=_zero_count(params), grad_acc=_zeros(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        accumulated = _state_leaves(state.grad_acc, spec, updates, "state.grad_acc")
+        phase = state.count % k
+        keep = tm.scalar_like(phase != 0, accumulated)
+        new_accumulated = tm.add(tm.mul(accumulated, keep), gs)
+        emit = tm.scalar_like(phase == k - 1, new_accumulated)
+        return tm.unflatten(spec, tm.mul(new_accumulated, emit)), ApplyEvery(
+            count=numerics.safe_increment(state.count) % k,
+            grad_acc=tm.unflatten(spec, new_accumulated))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def _subtract_mean(g: torch.Tensor) -> torch.Tensor:
+    if g.ndim > 1:
+        return g - g.mean(dim=tuple(range(1, g.ndim)), keepdim=True)
+    return g
+
+
+def centralize() -> base.GradientTransformation:
+    """Centralizes gradients: subtracts their mean over all but the leading dimension.
+
+    Leaves of rank 0 or 1 are left unchanged.
+
+    Returns:
+      A stateless transformation.
+
+    References:
+      Yong et al, `Gradient Centralization: A New Optimization Technique for Deep Neural
+      Networks <https://arxiv.org/abs/2004.01461>`_, 2020.
+    """
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        return tm.unflatten(spec, [_subtract_mean(g) for g in gs]), state
+
+    return base.GradientTransformation(base.init_empty_state, update_fn)
+
+
+class ScaleBySM3State(NamedTuple):
+    """The state of SM3: per-dimension accumulators and the momentum."""
+
+    mu: base.Updates
+    nu: base.Updates
+
+
+def _reject_complex(params: base.Params, name: str) -> None:
+    if any(x.is_complex() for x in tm.leaves(params)):
+        raise ValueError(f"{name} does not support complex parameters.")
+
+
+def _sm3_accumulator(g: torch.Tensor, covers: list[torch.Tensor], b2: Scalar) -> torch.Tensor:
+    """``(1 - b2) * g ** 2 + b2 * cover``, the cover being the minimum of the broadcast
+    per-dimension accumulators (``1 - b2`` is replaced by 1 when ``b2 == 1``)."""
+    new_weight = 1.0 if tm.is_one(b2) else 1 - b2
+    if g.ndim < 2:
+        cover = covers[0]
+    else:
+        cover = covers[0]
+        for other in covers[1:]:
+            cover = torch.minimum(cover, other)
+    return new_weight * g ** 2 + b2 * cover
+
+
+def _sm3_maxima(accumulator: torch.Tensor) -> list[torch.Tensor]:
+    """The maximum of ``accumulator`` over all axes but each one in turn."""
+    if accumulator.ndim < 2:
+        return [accumulator] * accumulator.ndim
+    return [torch.amax(accumulator, dim=[d for d in range(accumulator.ndim) if d != axis])
+            for axis in range(accumulator.ndim)]
+
+
+def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
+                 eps: Scalar = 1e-8) -> base.GradientTransformation:
+    """Scales updates by SM3: memory-efficient adaptive rates from per-dimension maxima.
+
+    Args:
+      b1: decay of the momentum.
+      b2: decay of the squared-gradient accumulators (1: plain sums).
+      eps: added under the square root.
+
+    Returns:
+      A transformation with a :class:`ScaleBySM3State` (its ``mu`` holds, for each param, a
+      list with one accumulator per dimension).
+
+    Raises:
+      ValueError: at ``init`` for complex params.
+
+    References:
+      Anil et al, `Memory-Efficient Adaptive Optimization
+      <https://arxiv.org/abs/1901.11150>`_, 2019.
+    """
+
+    def init_fn(params):
+        _reject_complex(params, "scale_by_sm3")
+        mu = tm.tree_map(lambda p: [p.new_zeros(p.shape[axis]) for axis in range(p.ndim)],
+                         params)
+        return ScaleBySM3State(mu=mu, nu=_zeros(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        # ``state.mu`` holds a list of accumulators where ``updates`` hold a leaf.
+        mu_lists = spec.flatten_up_to(state.mu)
+        accumulators = []
+        for g, covers in zip(gs, mu_lists):
+            broadcast = [c.reshape([1] * axis + [g.shape[axis]] + [1] * (g.ndim - axis - 1))
+                         for axis, c in enumerate(covers)]
+            accumulators.append(_sm3_accumulator(g, broadcast, b2))
+        scaled = tm.mul(gs, _where_positive_rsqrt(accumulators, eps))
+        new_nus = tm.ema(nus, scaled, b1)
+        new_mu = tm.unflatten(spec, [_sm3_maxima(a) for a in accumulators])
+        nu = tm.unflatten(spec, new_nus)
+        return nu, ScaleBySM3State(mu=new_mu, nu=nu)
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+class ScaleByOptimisticGradientState(NamedTuple):
+    """The state of :func:`scale_by_optimistic_gradient`."""
+
+    is_initial_step: torch.Tensor  # 0-d bool
+    previous_gradient: base.Updates
+
+
+def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
+                                 beta: Scalar = 1.0) -> base.GradientTransformation:
+    """Computes generalized optimistic gradients: ``(alpha + beta) * g_t - beta * g_{t-1}``.
+
+    At the first step the previous gradient is the current one.
+
+    Args:
+      alpha: coefficient of generalized optimistic gradient descent.
+      beta: coefficient of the negative momentum.
+
+    Returns:
+      A transformation with a :class:`ScaleByOptimisticGradientState`.
+
+    References:
+      Mokhtari et al, `A Unified Analysis of Extra-gradient and Optimistic Gradient Methods
+      for Saddle Point Problems <https://arxiv.org/abs/1901.08511>`_, 2019.
+    """
+
+    def init_fn(params):
+        return ScaleByOptimisticGradientState(
+            is_initial_step=torch.ones((), dtype=torch.bool, device=_device_of(params)),
+            previous_gradient=_zeros(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        previous = _state_leaves(state.previous_gradient, spec, updates,
+                                 "state.previous_gradient")
+        previous = tm.where(state.is_initial_step, gs, previous)
+        scaled = tm.sub(tm.mul(gs, alpha + beta), tm.mul(previous, beta))
+        return tm.unflatten(spec, scaled), ScaleByOptimisticGradientState(
+            is_initial_step=torch.zeros_like(state.is_initial_step),
+            previous_gradient=tm.unflatten(spec, tm.clone(gs)))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+class ScaleByDistanceOverGradientsState(NamedTuple):
+    """The state of :func:`scale_by_distance_over_gradients`."""
+
+    max_dist: base.OptState
+    grad_sum_of_squares: base.OptState
+    init_params: base.OptState
+
+
+def scale_by_distance_over_gradients(
+    reps_rel: Scalar = 1e-6,
+    eps: Scalar = 1e-8,
+    param_dtype: torch.dtype = torch.float32,
+    global_scale: Scalar = 1.0,
+) -> base.GradientTransformation:
+    """Distance-over-gradients (layer-wise DoG): a learning-rate-free step size per leaf.
+
+    The step of each leaf is its largest distance from the initial params divided by the root
+    of its summed squared gradient norms.
+
+    Args:
+      reps_rel: relative size of the initial distance (1e-4 with batch norm, 1e-6 otherwise).
+      eps: added under the square root.
+      param_dtype: dtype of the stored copy of the initial params.
+      global_scale: multiplies the step (typically 1 or -1).
+
+    Returns:
+      A transformation with a :class:`ScaleByDistanceOverGradientsState`; ``update`` needs
+      ``params``.
+
+    References:
+      Ivgi et al, `DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size Schedule
+      <https://arxiv.org/abs/2302.12022>`_, 2023.
+    """
+
+    def init_fn(params):
+        xs, spec = tm.flatten(params)
+        max_dist = tm.mul(tm.add(tm.norms(xs), 1), reps_rel)
+        # ``jnp.zeros(1)``: JAX's default float, i.e. at least float32.
+        sums = [torch.zeros(1, dtype=torch.promote_types(torch.float32, x.dtype),
+                            device=x.device) for x in xs]
+        return ScaleByDistanceOverGradientsState(
+            max_dist=tm.unflatten(spec, max_dist), grad_sum_of_squares=tm.unflatten(spec, sums),
+            init_params=tm.unflatten(spec, tm.cast(xs, param_dtype)))
+
+    def update_fn(updates, state, params=None):
+        gs, spec = tm.float_leaves(updates)
+        ps = _params_leaves(params, spec, updates, "scale_by_distance_over_gradients")
+        distances = _state_leaves(state.max_dist, spec, updates, "state.max_dist")
+        sums = _state_leaves(state.grad_sum_of_squares, spec, updates,
+                             "state.grad_sum_of_squares")
+        initial = _state_leaves(state.init_params, spec, updates, "state.init_params")
+        new_distances = tm.maximum(distances, tm.norms(tm.sub(ps, initial)))
+        new_sums = tm.add(sums, tm.square(tm.norms(gs)))
+        steps = tm.mul(tm.div(new_distances, tm.sqrt(tm.add(new_sums, eps))), global_scale)
+        # A per-leaf product: the (1,)-shaped step broadcasts against the leaf as in Optax.
+        scaled = [step * g for step, g in zip(steps, gs)]
+        return tm.unflatten(spec, scaled), ScaleByDistanceOverGradientsState(
+            max_dist=tm.unflatten(spec, new_distances),
+            grad_sum_of_squares=tm.unflatten(spec, new_sums), init_params=state.init_params)
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+_POLYAK_VARIANTS = ("sps", "sps+")
+
+
+def scale_by_polyak(
+    f_min: Scalar = 0.0,
+    max_learning_rate: Scalar = 1.0,
+    eps: Scalar = 0.0,
+    variant: str = "sps",
+) -> base.GradientTransformationExtraArgs:
+    r"""Scales updates by Polyak's step size ``min((f(x) - f_min) / |g|^2, max_learning_rate)``.
+
+    Args:
+      f_min: a lower bound of the objective, :math:`f^\star`.
+      max_learning_rate: the largest step size.
+      eps: added to the squared gradient norm in the denominator.
+      variant: ``'sps'``, or ``'sps+'`` which clips a negative gap ``f(x) - f_min`` to 0.
+
+    Returns:
+      A stateless transformation whose ``update`` takes the keyword argument ``value``, the
+      objective at the current params.
+
+    Raises:
+      ValueError: for an unknown ``variant``.
+
+    References:
+      Loizou et al, `Stochastic Polyak Step-size for SGD: An Adaptive Learning Rate for Fast
+      Convergence <https://arxiv.org/abs/2002.10542>`_, 2021.
+    """
+    if variant not in _POLYAK_VARIANTS:
+        raise ValueError(f"Invalid argument value for Polyak SGD: variant={variant!r}, "
+                         f"expected one of {_POLYAK_VARIANTS}.")
+
+    def update_fn(updates, state, params=None, *, value, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        squared_norm = tm.sum_of_squares(gs)
+        gap = torch.as_tensor(value - f_min).to(device=squared_norm.device,
+                                                 dtype=squared_norm.dtype)
+        if variant == "sps+":
+            gap = torch.relu(gap)
+        denominator = squared_norm + eps
+        step = torch.where(
+            denominator <= torch.finfo(torch.float64).eps, torch.zeros_like(denominator),
+            torch.minimum(gap / denominator, torch.as_tensor(
+                max_learning_rate, dtype=denominator.dtype, device=denominator.device)))
+        return tm.unflatten(spec, tm.mul(gs, tm.scalar_like(step, gs))), state
+
+    return base.GradientTransformationExtraArgs(base.init_empty_state, update_fn)
+
+
+def normalize_by_update_norm(scale_factor: Scalar = 1.0,
+                             eps: Scalar = 1e-6) -> base.GradientTransformation:
+    """Divides updates by their global norm (plus ``eps``) and multiplies by ``scale_factor``.
+
+    Args:
+      scale_factor: the norm of the result (up to ``eps``).
+      eps: added to the norm in the denominator.
+
+    Returns:
+      A stateless transformation.
+    """
+
+    def update_fn(updates, state, params=None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        if not gs:
+            return updates, state
+        norm = (torch.sqrt(tm.sum_of_squares(gs)) + eps) / scale_factor
+        return tm.unflatten(spec, tm.div(gs, tm.scalar_like(norm, gs))), state
+
+    return base.GradientTransformation(base.init_empty_state, update_fn)
+
+
+ScaleState = base.ScaleState
+ScaleByTrustRatioState = base.ScaleByTrustRatioState
