@@ -60,6 +60,58 @@ from optax_compat.tree_utils._tree_math import (
 )
 
 # Transforms and aliases (issue 3) -------------------------------------------------------------
+from optax_compat._src.base import (
+    AdaptiveGradClipState,
+    AddDecayedWeightsState,
+    ClipByGlobalNormState,
+    ClipState,
+    ScaleByTrustRatioState,
+    ScaleState,
+)
+from optax_compat._src.transform import (
+    ApplyEvery,
+    ScaleByAdaDeltaState,
+    ScaleByAdamState,
+    ScaleByAdanState,
+    ScaleByAmsgradState,
+    ScaleByBeliefState,
+    ScaleByLionState,
+    ScaleByNovogradState,
+    ScaleByRmsState,
+    ScaleByRpropState,
+    ScaleByRssState,
+    ScaleByRStdDevState,
+    ScaleByScheduleState,
+    ScaleBySM3State,
+    apply_every,
+    centralize,
+    normalize_by_update_norm,
+    scale,
+    scale_by_adadelta,
+    scale_by_adam,
+    scale_by_adamax,
+    scale_by_adan,
+    scale_by_amsgrad,
+    scale_by_belief,
+    scale_by_distance_over_gradients,
+    scale_by_learning_rate,
+    scale_by_lion,
+    scale_by_novograd,
+    scale_by_optimistic_gradient,
+    scale_by_param_block_norm,
+    scale_by_param_block_rms,
+    scale_by_polyak,
+    scale_by_radam,
+    scale_by_rms,
+    scale_by_rprop,
+    scale_by_rss,
+    scale_by_schedule,
+    scale_by_sign,
+    scale_by_sm3,
+    scale_by_stddev,
+    scale_by_trust_ratio,
+    scale_by_yogi,
+)
 from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
 from optax_compat._src.linear_algebra import matrix_inverse_pth_root, nnls, power_iteration
 from optax_compat.transforms import (
