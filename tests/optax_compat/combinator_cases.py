@@ -19,6 +19,17 @@ import optax_compat as ox
 from optax_compat import testing
 
 
+def jitted(tx: Any) -> Any:
+    """A real Optax transformation with ``init`` and ``update`` under ``jax.jit``.
+
+    Eager JAX re-traces every ``lax.cond`` on every call; jitting the Optax side once keeps
+    the differential tests fast.
+    """
+    import jax
+
+    return optax.GradientTransformationExtraArgs(jax.jit(tx.init), jax.jit(tx.update))
+
+
 def scale(factor: float) -> ox.GradientTransformation:
     """``updates * factor``, built from ``stateless`` (independent of the transforms module)."""
     return ox.stateless(lambda updates, params: ox.tree_utils.tree_scale(factor, updates))
