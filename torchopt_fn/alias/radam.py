@@ -1,0 +1,42 @@
+"""The RAdam alias with PyTorch-style arguments."""
+
+from __future__ import annotations
+
+from torchopt_fn.alias.utils import (
+    check_learning_rate,
+    flip_sign_and_add_weight_decay,
+    scale_by_neg_lr,
+    tag_alias_steps,
+)
+from torchopt_fn.combine import chain
+from torchopt_fn.transform import scale_by_radam
+from torchopt_fn.typing import GradientTransformation, ScalarOrSchedule
+
+__all__ = ["radam"]
+
+
+def radam(lr: ScalarOrSchedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+          eps: float = 1e-6, weight_decay: float = 0.0, *,
+          moment_requires_grad: bool = False) -> GradientTransformation:
+    """Rectified Adam, as ``torch.optim.RAdam``.
+
+    References:
+      Liu et al., 2019: https://arxiv.org/abs/1908.03265
+
+    Args:
+      lr: the learning rate, a constant or a schedule of the step count.
+      betas: decay rates of the first and second moments.
+      eps: added to ``sqrt(v)``.
+      weight_decay: L2 penalty added to the gradients.
+      moment_requires_grad: create the moments as autograd leaves requiring grad.
+
+    Returns:
+      A :class:`GradientTransformation`.
+    """
+    check_learning_rate(lr)
+    b1, b2 = betas
+    return tag_alias_steps("radam", chain(
+        flip_sign_and_add_weight_decay(weight_decay=weight_decay, maximize=False),
+        scale_by_radam(b1=b1, b2=b2, eps=eps, moment_requires_grad=moment_requires_grad),
+        scale_by_neg_lr(lr),
+    ))

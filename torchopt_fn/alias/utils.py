@@ -1,0 +1,110 @@
+"""Pieces shared by the aliases: PyTorch-style weight decay and sign flip, ``-lr`` scaling, tags."""
+
+from __future__ import annotations
+
+import torch
+
+from optax_compat._src import tree_math
+from torchopt_fn._graph_tags import tag_optimizer_step
+from torchopt_fn.base import EmptyState, GradientTransformation, identity
+from torchopt_fn.transform import scale, scale_by_schedule
+from torchopt_fn.typing import Numeric, OptState, Params, ScalarOrSchedule, Updates
+
+__all__ = ["flip_sign_and_add_weight_decay", "scale_by_neg_lr", "tag_alias_steps",
+           "check_learning_rate"]
+
+
+def check_learning_rate(lr: ScalarOrSchedule) -> None:
+    """Raises ``ValueError`` for a negative constant learning rate."""
+    if not (callable(lr) or lr >= 0.0):
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
+                                   maximize: bool = False) -> GradientTransformation:
+    """Negates the gradients for maximization and adds ``weight_decay * params`` (L2, coupled).
+
+    This is how ``torch.optim`` applies ``maximize`` and ``weight_decay``: to the gradient,
+    before the optimizer's own rescaling.
+
+    Args:
+      weight_decay: the L2 coefficient.
+      maximize: negate the gradients (gradient ascent).
+
+    Returns:
+      The identity when there is nothing to do, else a stateless transformation whose
+      ``update`` needs ``params`` if ``weight_decay`` is non-zero.
+    """
+    if not weight_decay >= 0.0:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+    if not maximize and weight_decay == 0.0:
+        return identity()
+
+    def init_fn(params: Params) -> OptState:
+        del params
+        return EmptyState()
+
+    def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
+                  inplace: bool = True) -> tuple[Updates, OptState]:
+        grads, spec = tree_math.flatten(updates)
+        if weight_decay != 0.0:
+            if params is None:
+                raise ValueError("Parameters are required for weight decay: call "
+                                 "`update(updates, state, params=params)`.")
+            weights = tree_math.leaves_like(params, spec, "params", updates)
+        if inplace and grads:
+            if maximize:
+                torch._foreach_neg_(grads)
+            if weight_decay != 0.0:
+                torch._foreach_add_(grads, weights, alpha=weight_decay)
+            return updates, state
+        if maximize:
+            grads = tree_math.neg(grads)
+        if weight_decay != 0.0:
+            grads = tree_math.add_scaled(grads, weight_decay, weights)
+        return tree_math.unflatten(spec, grads), state
+
+    return GradientTransformation(init_fn, update_fn)
+
+
+def scale_by_neg_lr(lr: ScalarOrSchedule) -> GradientTransformation:
+    """Scales updates by ``-lr`` (``lr`` a constant or a schedule of the step count)."""
+    check_learning_rate(lr)
+    if callable(lr):
+
+        def negated_schedule(count: Numeric) -> Numeric:
+            return -lr(count)
+
+        return scale_by_schedule(negated_schedule)
+    return scale(-lr)
+
+
+def _step_number(state: OptState) -> int | None:
+    """The step count held in ``state`` (its first integer tensor), if it holds one."""
+    for leaf in tree_math.leaves(state):
+        if isinstance(leaf, torch.Tensor) and not leaf.is_floating_point() and leaf.ndim == 0:
+            return int(leaf)
+    return None
+
+
+def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransformation:
+    """Tags the updates of differentiable steps for :func:`torchopt_fn.visual.make_dot`.
+
+    When ``update`` runs with ``inplace=False`` under grad mode and its updates are part of an
+    autograd graph, they are tagged ``"<name> step <count>"`` (see
+    :func:`torchopt_fn._graph_tags.tag_optimizer_step`), so the visualizer can draw the step as
+    one node. The step number is read from the state only in that case.
+    """
+
+    def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
+                  inplace: bool = True) -> tuple[Updates, OptState]:
+        new_updates, new_state = tx.update(updates, state, params=params, inplace=inplace)
+        if not inplace and torch.is_grad_enabled() and any(
+                isinstance(u, torch.Tensor) and u.grad_fn is not None
+                for u in tree_math.leaves(new_updates)):
+            step = _step_number(new_state)
+            label = f"{name} step" if step is None else f"{name} step {step}"
+            tag_optimizer_step(new_updates, (params, updates, state), label)
+        return new_updates, new_state
+
+    return GradientTransformation(tx.init, update_fn)

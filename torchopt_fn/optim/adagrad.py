@@ -1,0 +1,47 @@
+"""The ``AdaGrad`` optimizer: ``torchopt_fn.adagrad`` behind :class:`Optimizer`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from torchopt_fn import alias
+from torchopt_fn.optim.base import Optimizer
+from torchopt_fn.typing import ScalarOrSchedule
+
+__all__ = ["AdaGrad", "Adagrad"]
+
+
+class AdaGrad(Optimizer):
+    """AdaGrad, as ``torch.optim.Adagrad``.
+
+    See :func:`torchopt_fn.adagrad` for the arguments.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: ScalarOrSchedule = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adagrad`)."""
+        super().__init__(
+            params,
+            alias.adagrad(
+                lr=lr,
+                lr_decay=lr_decay,
+                weight_decay=weight_decay,
+                initial_accumulator_value=initial_accumulator_value,
+                eps=eps,
+                maximize=maximize,
+            ),
+        )
+
+
+Adagrad = AdaGrad  # PyTorch's spelling

@@ -1,0 +1,47 @@
+"""The ``Adam`` optimizer: ``torchopt_fn.adam`` behind :class:`Optimizer`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from torchopt_fn import alias
+from torchopt_fn.optim.base import Optimizer
+from torchopt_fn.typing import ScalarOrSchedule
+
+__all__ = ["Adam"]
+
+
+class Adam(Optimizer):
+    """Adam, as ``torch.optim.Adam``.
+
+    See :func:`torchopt_fn.adam` for the arguments.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: ScalarOrSchedule = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        *,
+        eps_root: float = 0.0,
+        maximize: bool = False,
+        use_accelerated_op: bool = False,
+    ) -> None:
+        """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adam`)."""
+        super().__init__(
+            params,
+            alias.adam(
+                lr=lr,
+                betas=betas,
+                eps=eps,
+                weight_decay=weight_decay,
+                eps_root=eps_root,
+                moment_requires_grad=False,
+                maximize=maximize,
+                use_accelerated_op=use_accelerated_op,
+            ),
+        )

@@ -1,0 +1,126 @@
+"""``Optimizer``: a ``torch.optim``-like optimizer driven by a gradient transformation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+import optax_compat._src.base as optax_base
+from optax_compat._src import tree_math
+from torchopt_fn.base import GradientTransformation, UninitializedState
+from torchopt_fn.optim import _state_dict
+from torchopt_fn.transform.utils import from_optax
+from torchopt_fn.typing import OptState, Params, TupleOfTensors
+from torchopt_fn.update import apply_updates
+
+__all__ = ["Optimizer"]
+
+
+def as_transformation(impl: Any) -> GradientTransformation:
+    """``impl`` as a TorchOpt-style transformation (``optax_compat`` ones are adapted).
+
+    Raises:
+      TypeError: if ``impl`` is not a gradient transformation.
+    """
+    if isinstance(impl, GradientTransformation):
+        return impl
+    if isinstance(impl, optax_base.GradientTransformation):
+        return from_optax(impl)
+    raise TypeError(f"{impl} (type: {type(impl).__name__}) is not a GradientTransformation")
+
+
+class Optimizer:
+    """An optimizer with :class:`torch.optim.Optimizer`'s interface and a functional core.
+
+    Each parameter group is a tuple of tensors with its own optimizer state, created by
+    ``impl.init`` at the first :meth:`step`. A step updates the parameters in place under
+    ``torch.no_grad`` (``impl.update(..., inplace=True)`` may reuse the state buffers and
+    overwrite the ``.grad`` tensors, as in TorchOpt). Parameters whose ``.grad`` is ``None``
+    are given a zero gradient.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], impl: GradientTransformation) -> None:
+        """Builds the optimizer.
+
+        Args:
+          params: the tensors to optimize (any tree of tensors).
+          impl: the transformation, e.g. ``torchopt_fn.adam(...)`` or a ``chain``; an
+            ``optax_compat`` transformation is accepted too.
+        """
+        self.impl: GradientTransformation = as_transformation(impl)
+        self.param_groups: list[TupleOfTensors] = []
+        self.param_treespecs: list[Any] = []
+        self.state_groups: list[OptState] = []
+        if not isinstance(params, (list, tuple)):
+            params = tuple(params)
+        self.add_param_group(params)
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zeroes the gradients of the parameters (or sets them to ``None``)."""
+        for group in self.param_groups:
+            for param in group:
+                if set_to_none:
+                    param.grad = None
+                elif param.grad is not None:
+                    if param.grad.grad_fn is not None:
+                        param.grad.detach_()
+                    else:
+                        param.grad.requires_grad_(False)
+                    param.grad.zero_()
+
+    def add_param_group(self, params: Params) -> None:
+        """Adds a tree of tensors as a new group, with its own state."""
+        flat_params, treespec = tree_math.flatten(params)
+        self.param_groups.append(tuple(flat_params))
+        self.param_treespecs.append(treespec)
+        self.state_groups.append(UninitializedState())
+
+    def _initialized_state(self, index: int) -> OptState:
+        state = self.state_groups[index]
+        if isinstance(state, UninitializedState):
+            with torch.no_grad():
+                state = self.impl.init(self.param_groups[index])
+        return state
+
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """Updates the parameters from their ``.grad``, like :meth:`torch.optim.Optimizer.step`.
+
+        Args:
+          closure: re-evaluates the model and returns the loss (called with grad enabled).
+
+        Returns:
+          The closure's loss, or ``None``.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with torch.no_grad():
+            for index, params in enumerate(self.param_groups):
+                state = self._initialized_state(index)
+                grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad for p in params)
+                updates, self.state_groups[index] = self.impl.update(
+                    grads, state, params=params, inplace=True)
+                apply_updates(params, updates, inplace=True)
+        return loss
+
+    def state_dict(self) -> tuple[Any, ...]:
+        """The state of each group, as plain containers of tensors (references, not copies).
+
+        NamedTuple states become dicts tagged with their class name, so a checkpoint saved
+        with :func:`torch.save` loads with ``torch.load(..., weights_only=True)``.
+        """
+        return tuple(_state_dict.to_plain(state) for state in self.state_groups)
+
+    def load_state_dict(self, state_dict: Sequence[Any]) -> None:
+        """Loads a state returned by :meth:`state_dict` (copies its tensors).
+
+        Raises:
+          ValueError: if the state is from a different optimizer or parameter layout; the
+            optimizer is left unchanged.
+        """
+        self.state_groups[:] = _state_dict.restore_groups(
+            state_dict, self._initialized_state, len(self.state_groups),
+            lambda loaded, own: loaded.to(own.device, copy=True))

@@ -1,0 +1,57 @@
+"""Adam's rescaling: ``optax_compat``'s ``scale_by_adam`` plus ``moment_requires_grad``.
+
+TorchOpt's Adam numerics are Optax's: ``m_hat / (sqrt(v_hat + eps_root) + eps)``.
+"""
+
+from __future__ import annotations
+
+from optax_compat._src import transform as optax_transform
+from torchopt_fn.base import GradientTransformation
+from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
+
+__all__ = ["scale_by_adam", "scale_by_accelerated_adam"]
+
+
+def _check_adam_arguments(b1: float, b2: float, eps: float) -> None:
+    if not eps >= 0.0:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= b1 < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {b1}")
+    if not 0.0 <= b2 < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {b2}")
+
+
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
+                  moment_requires_grad: bool = False) -> GradientTransformation:
+    """Rescales updates by Adam's bias-corrected moment estimates.
+
+    References:
+      Kingma and Ba, 2014: https://arxiv.org/abs/1412.6980
+
+    Args:
+      b1: decay rate of the first moment.
+      b2: decay rate of the second moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added to the second moment inside the square root (keeps meta-gradients
+        through Adam finite).
+      moment_requires_grad: create the moments as autograd leaves that require grad.
+
+    Returns:
+      A :class:`GradientTransformation` with ``optax_compat``'s ``ScaleByAdamState``.
+    """
+    _check_adam_arguments(b1, b2, eps)
+    tx = from_optax(optax_transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root))
+    return with_moment_requires_grad(tx, moment_requires_grad)
+
+
+def scale_by_accelerated_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                              eps_root: float = 0.0,
+                              moment_requires_grad: bool = False) -> GradientTransformation:
+    """Adam's rescaling on the fastest path available (see :mod:`torchopt_fn.accelerated_op`).
+
+    TorchOpt ships a C++/CUDA kernel for this; here the ``optax_compat`` transformation already
+    runs on multi-tensor ``torch._foreach_*`` kernels, which is the accelerated path. Same
+    arguments and numbers as :func:`scale_by_adam`.
+    """
+    return scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
+                         moment_requires_grad=moment_requires_grad)

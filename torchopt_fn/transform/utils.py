@@ -1,0 +1,132 @@
+"""Adapters between TorchOpt's calling convention and :mod:`optax_compat`'s.
+
+``optax_compat`` transformations are called ``update(updates, state, params, **extra_args)``;
+its hot transformations accept the extra argument ``inplace`` (reuse state buffers, may write
+into the incoming updates). TorchOpt's are called ``update(updates, state, *, params=None,
+inplace=True)``. Every TorchOpt transformation here is an ``optax_compat`` one seen through
+:func:`from_optax`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+import optax_compat._src.base as optax_base
+from optax_compat._src import tree_math
+from optax_compat.transforms._combining import chain as optax_chain
+from torchopt_fn.base import GradientTransformation
+from torchopt_fn.typing import OptState, Params, Updates
+
+__all__ = ["from_optax", "to_optax", "chain_optax_compat", "with_moment_requires_grad",
+           "update_moment", "divide_updates"]
+
+
+def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
+    """Presents an ``optax_compat`` transformation with TorchOpt's ``update`` signature.
+
+    Args:
+      tx: any ``optax_compat`` gradient transformation.
+
+    Returns:
+      A :class:`torchopt_fn.base.GradientTransformation` whose ``update`` forwards ``params``
+      and ``inplace`` (as an extra argument, ignored by transformations without a fast path).
+    """
+    extra_args_tx = optax_base.with_extra_args_support(tx)
+
+    def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
+                  inplace: bool = True) -> tuple[Updates, OptState]:
+        return extra_args_tx.update(updates, state, params, inplace=inplace)
+
+    return GradientTransformation(tx.init, update_fn)
+
+
+def to_optax(tx: GradientTransformation) -> optax_base.GradientTransformationExtraArgs:
+    """Presents a TorchOpt-style transformation with ``optax_compat``'s ``update`` signature.
+
+    The extra argument ``inplace`` (default ``True``, as in TorchOpt) is passed through; other
+    extra arguments are ignored.
+    """
+
+    def update_fn(updates: Updates, state: OptState, params: Params | None = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        return tx.update(updates, state, params=params, inplace=extra_args.get("inplace", True))
+
+    return optax_base.GradientTransformationExtraArgs(tx.init, update_fn)
+
+
+def chain_optax_compat(
+    transformations: Sequence[GradientTransformation],
+) -> GradientTransformation:
+    """The ``(init, update)`` pair chaining TorchOpt-style transformations with ``optax_compat``."""
+    return from_optax(optax_chain(*(to_optax(t) for t in transformations)))
+
+
+def with_moment_requires_grad(tx: GradientTransformation,
+                              moment_requires_grad: bool) -> GradientTransformation:
+    """Makes the floating-point state buffers created by ``tx.init`` require grad.
+
+    TorchOpt's ``moment_requires_grad=True`` creates moments that are leaves of the autograd
+    graph, so that a meta-gradient can also be taken with respect to the initial optimizer state.
+
+    Args:
+      tx: the transformation whose ``init`` is wrapped.
+      moment_requires_grad: whether to wrap at all.
+
+    Returns:
+      ``tx`` itself when ``moment_requires_grad`` is false, else ``tx`` with a wrapped ``init``.
+    """
+    if not moment_requires_grad:
+        return tx
+
+    def init_fn(params: Params) -> OptState:
+        state = tx.init(params)
+        for leaf in tree_math.leaves(state):
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.is_leaf:
+                leaf.requires_grad_(True)
+        return state
+
+    return GradientTransformation(init_fn, tx.update)
+
+
+def update_moment(updates: list[torch.Tensor], moments: list[torch.Tensor], decay: float, *,
+                  order: int, inplace: bool) -> list[torch.Tensor]:
+    """The moving average ``decay * moment + (1 - decay) * update ** order`` of leaf lists.
+
+    Args:
+      updates: the leaves of the incoming updates.
+      moments: the leaves of the moment buffer, structured like ``updates``.
+      decay: the decay rate; ``1.0`` accumulates ``update ** order`` without decay (AdaGrad).
+      order: 1 (first moment) or 2 (second raw moment).
+      inplace: write into ``moments`` (they are returned) instead of allocating new leaves.
+
+    Returns:
+      The new moment leaves.
+    """
+    if not moments:
+        return list(moments)
+    # The pure path runs the same kernels on a fresh copy, so both paths give the same bits.
+    if inplace:
+        target = moments
+        if decay != 1.0:
+            torch._foreach_mul_(target, decay)
+    else:
+        target = list(torch._foreach_mul(moments, decay) if decay != 1.0
+                      else [m.clone() for m in moments])
+    weight = 1.0 if decay == 1.0 else 1.0 - decay
+    if order == 1:
+        torch._foreach_add_(target, updates, alpha=weight)
+    else:
+        torch._foreach_addcmul_(target, updates, updates, value=weight)
+    return target
+
+
+def divide_updates(updates: list[torch.Tensor], denominators: list[torch.Tensor], *,
+                   inplace: bool) -> list[torch.Tensor]:
+    """``update / denominator`` per leaf, written into ``updates`` when ``inplace``."""
+    if inplace and updates:
+        torch._foreach_div_(updates, denominators)
+        return updates
+    return tree_math.div(updates, denominators)
