@@ -1,0 +1,142 @@
+"""add_decayed_weights and add_noise against real Optax (noise: statistically)."""
+
+import optax
+import pytest
+import torch
+
+import optax_compat as ox
+from tests.helpers import assert_inplace_matches_pure, compare_with_optax, jit_optax, make_tree
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def no_decay_on_vectors(params):
+    return ox.tree_utils._tree_math.tm.tree_map(lambda p: p.ndim != 1, params)
+
+
+def optax_no_decay_on_vectors(params):
+    import jax
+
+    return jax.tree.map(lambda p: p.ndim != 1, params)
+
+
+MASK_TREE = {"bias": False, "layer": {"w": True, "b": False}, "pair": (True, True),
+             "empty": None}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_add_decayed_weights_matches_optax(dtype, weight_decay):
+    compare_with_optax(ox.add_decayed_weights(weight_decay),
+                       lambda: optax.add_decayed_weights(weight_decay), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_decayed_weights_schedule_matches_optax(dtype):
+    compare_with_optax(ox.add_decayed_weights(ox.linear_schedule(0.1, 0.01, 3)),
+                       lambda: optax.add_decayed_weights(optax.linear_schedule(0.1, 0.01, 3)),
+                       dtype, steps=5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_decayed_weights_mask_tree_matches_optax(dtype):
+    compare_with_optax(ox.add_decayed_weights(0.1, mask=MASK_TREE),
+                       lambda: optax.add_decayed_weights(0.1, mask=MASK_TREE), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_decayed_weights_mask_fn_and_schedule_match_optax(dtype):
+    compare_with_optax(
+        ox.add_decayed_weights(ox.exponential_decay(0.2, 2, 0.5), mask=no_decay_on_vectors),
+        lambda: optax.add_decayed_weights(optax.exponential_decay(0.2, 2, 0.5),
+                                          mask=optax_no_decay_on_vectors),
+        dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_decayed_weights_inplace_matches_pure(dtype):
+    assert_inplace_matches_pure(ox.add_decayed_weights(0.3), dtype)
+
+
+@pytest.mark.parametrize("weight_decay", [torch.tensor(0.3), ox.linear_schedule(0.1, 0.0, 3)])
+def test_add_decayed_weights_inplace_tensor_and_schedule_match_pure(weight_decay):
+    assert_inplace_matches_pure(ox.add_decayed_weights(weight_decay))
+
+
+def test_add_decayed_weights_inplace_with_mask_matches_pure():
+    assert_inplace_matches_pure(ox.add_decayed_weights(0.3, mask=no_decay_on_vectors))
+
+
+def test_add_decayed_weights_gradient_wrt_rate_and_params():
+    rate = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    param = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(4, dtype=torch.float64)
+
+    def update(rate, param):
+        tx = ox.add_decayed_weights(rate)
+        return tx.update({"w": grad}, tx.init({"w": param}), {"w": param})[0]["w"]
+
+    assert torch.autograd.gradcheck(update, (rate, param))
+
+
+def test_add_decayed_weights_needs_params():
+    tx = ox.add_decayed_weights(0.1)
+    params = make_tree()
+    with pytest.raises(ValueError, match="add_decayed_weights"):
+        tx.update(params, tx.init(params))
+
+
+def test_add_decayed_weights_structure_mismatch_names_the_path():
+    tx = ox.add_decayed_weights(0.1)
+    params = {"a": torch.ones(2), "b": torch.ones(2)}
+    with pytest.raises(ValueError, match=r"\['c'\]|\['b'\]"):
+        tx.update({"a": torch.ones(2), "c": torch.ones(2)}, tx.init(params), params)
+
+
+def test_add_noise_state_and_zero_variance_match_optax():
+    # With eta = 0 the noise vanishes, so updates, counts and state types compare exactly (JAX's
+    # random bits are slow to compile, hence one dtype; the noise is checked statistically below).
+    compare_with_optax(ox.add_noise(0.0, 0.55, 3),
+                       lambda: jit_optax(optax.add_noise(0.0, 0.55, 3)), apply=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_noise_has_the_annealed_variance(dtype):
+    eta, gamma = 0.5, 0.55
+    zeros = {"a": torch.zeros(200_000, dtype=dtype), "b": torch.zeros(300, 100, dtype=dtype)}
+    tx = ox.add_noise(eta, gamma, torch.Generator().manual_seed(7))
+    state = tx.init(zeros)
+    for step in range(1, 4):
+        noise, state = tx.update(zeros, state)
+        expected_variance = eta / step ** gamma
+        for leaf in noise.values():
+            assert leaf.dtype == dtype
+            assert abs(leaf.mean().item()) < 5 * (expected_variance / leaf.numel()) ** 0.5
+            assert leaf.var().item() == pytest.approx(expected_variance, rel=0.05)
+        assert int(state.count) == step
+    assert not torch.equal(noise["a"][:1000], noise["b"].reshape(-1)[:1000])
+
+
+def test_add_noise_is_reproducible_and_keyed():
+    zeros = {"a": torch.zeros(50)}
+
+    def draw(key):
+        tx = ox.add_noise(1.0, 0.0, key)
+        state = tx.init(zeros)
+        first, state = tx.update(zeros, state)
+        second, _ = tx.update(zeros, state)
+        return first["a"], second["a"]
+
+    first, second = draw(3)
+    assert torch.equal(first, draw(3)[0]) and torch.equal(second, draw(3)[1])
+    assert not torch.equal(first, second)
+    assert not torch.equal(first, draw(4)[0])
+
+
+def test_add_noise_seed_argument():
+    with pytest.warns(DeprecationWarning):
+        tx = ox.add_noise(1.0, 0.5, seed=3)
+    assert int(tx.init({})[1]) == 3
+    with pytest.raises(ValueError, match="Only one of seed or key"), pytest.warns(
+            DeprecationWarning):
+        ox.add_noise(1.0, 0.5, 1, seed=3)
