@@ -255,6 +255,17 @@ def test_non_convergent_linear_solve_raises_instead_of_a_wrong_gradient():
         torch.autograd.grad(loss, lam)
 
 
+def test_solver_options_stay_with_the_solver_and_signatures_are_checked():
+    @custom_root(ridge_optimality, argnums=1, solve=linear_solve.solve_inv())
+    def solver(w0, lam, x, y, iterations=3):  # `iterations` is not passed to optimality_fn
+        return ridge_closed_form(lam, x, y)
+
+    lam = torch.tensor(1.0, dtype=DTYPE, requires_grad=True)
+    torch.autograd.grad(validation_loss(solver(torch.zeros(D), lam, DATA["x"], DATA["y"])), lam)
+    with pytest.raises(TypeError, match="optimality_fn cannot be called"):
+        solver(torch.zeros(D), lam, DATA["x"], DATA["y"], 5)
+
+
 def test_solver_output_is_checked():
     solver = custom_root(ridge_optimality, argnums=1, has_aux=True)(
         lambda w0, lam, x, y: ridge_closed_form(lam, x, y))

@@ -123,6 +123,22 @@ def _check_call(argnums: tuple[int, ...], args: tuple[Any, ...], name: str) -> N
                             f"be a tensor or a tree of tensors, got {type(args[argnum]).__name__}.")
 
 
+def _check_optimality_signature(
+    optimality_fn: Callable[..., TensorTree], args: tuple[Any, ...], kwargs: dict[str, Any],
+) -> None:
+    """Checks, without calling it, that ``optimality_fn(solution, *args[1:], **kwargs)`` binds."""
+    try:
+        signature = inspect.signature(optimality_fn)
+    except (TypeError, ValueError):  # not introspectable (e.g. a builtin): checked when called
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f"custom_root: optimality_fn cannot be called as "
+                        f"optimality_fn(solution, *args[1:], **kwargs) with the solver's "
+                        f"arguments ({error}); give it the solver's signature.") from None
+
+
 def _split_output(output: Any, has_aux: bool, name: str) -> tuple[Any, Any]:
     """``(solution, aux)`` from the solver's output, checking its form."""
     aux = None
@@ -151,10 +167,12 @@ def _custom_root(
 
     @functools.wraps(solver_fn)
     def wrapped_solver_fn(*args: Any, **kwargs: Any) -> Any:
+        # Defaults are not applied: the solver's own options (say, a number of iterations)
+        # are not passed on to optimality_fn unless the caller gives them.
         bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
         args, kwargs = bound.args, bound.kwargs
         _check_call(argnums, args, name)
+        _check_optimality_signature(optimality_fn, args, kwargs)
 
         # The solver's iterations are not differentiated: the backward pass is implicit.
         with torch.no_grad():
