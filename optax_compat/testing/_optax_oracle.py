@@ -13,6 +13,7 @@ import torch
 
 from optax_compat._src import tree_math
 from optax_compat.testing._asserts import as_tensor, assert_trees_all_close, leaves_with_paths
+from optax_compat.testing._config import build_value
 from optax_compat.testing._steps import ExtraArgsLike, GradsLike, extra_args_at, grads_at
 
 
@@ -42,6 +43,7 @@ def _to_jax(tree: Any) -> Any:
 
 def _build(name_or_factory: str | Callable[..., Any], module: Any,
            kwargs: Mapping[str, Any]) -> Any:
+    kwargs = build_value(dict(kwargs), module)
     if callable(name_or_factory):
         return name_or_factory(module, **kwargs)
     return functools.reduce(getattr, name_or_factory.split("."), module)(**kwargs)
@@ -90,7 +92,8 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
         ``optax.<name>(**kwargs)`` and ``optax_compat.<name>(**kwargs)``; or a factory
         ``(module, **kwargs) -> transformation`` called with each module, e.g.
         ``lambda optax: optax.chain(optax.clip(1.0), optax.sgd(0.1))``.
-      kwargs: keyword arguments for the transformation (tensors are converted for Optax).
+      kwargs: keyword arguments for the transformation (tensors and torch dtypes are
+        converted for Optax; drawn schedules and configurations are built in each world).
       params: initial parameters (torch).
       grads: a gradient tree used at every step, or ``step -> gradient tree``.
       steps: number of steps.

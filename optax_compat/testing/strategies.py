@@ -1,9 +1,19 @@
 """Hypothesis strategies for testing gradient transformations (requires ``hypothesis``).
 
-``pytrees`` and ``matching_trees`` draw parameters and gradients; ``hyperparameters``,
-``transforms`` and ``schedules`` draw configurations of this package's own transformations.
+``pytrees``, ``matching_trees`` and ``params_and_grads`` draw parameters and gradients;
+``hyperparameters``, ``schedules`` and ``transforms`` draw configurations of this package's
+own transformations, printed as the code that builds them.
 """
 
+from optax_compat.testing._config import Config, DescribedSchedule
+from optax_compat.testing._transform_strategies import (
+    DrawnTransformation,
+    hyperparameters,
+    schedule_names,
+    schedules,
+    transform_names,
+    transforms,
+)
 from optax_compat.testing._tree_strategies import (
     matching_trees,
     params_and_grads,
@@ -12,4 +22,18 @@ from optax_compat.testing._tree_strategies import (
     tensors,
 )
 
-__all__ = ["matching_trees", "params_and_grads", "pytrees", "record_type", "tensors"]
+__all__ = [
+    "Config",
+    "DescribedSchedule",
+    "DrawnTransformation",
+    "hyperparameters",
+    "matching_trees",
+    "params_and_grads",
+    "pytrees",
+    "record_type",
+    "schedule_names",
+    "schedules",
+    "tensors",
+    "transform_names",
+    "transforms",
+]
