@@ -165,11 +165,11 @@ def tree_scalar_mul(scalar: Scalar, multiplicand_tree: PyTree[T]) -> PyTree[T]:
 def tree_vdot_real(tree_x: TensorTree, tree_y: TensorTree) -> float:
     """Computes the real part of ``sum(conj(x) * y)`` over all leaves, as a Python float.
 
-    This synchronises with the device; the linear solvers use a tensor-valued equivalent.
+    This synchronises with the device once; the linear solvers use a tensor-valued equivalent.
     """
     leaves_x, treespec = tree_flatten(tree_x)
     leaves_y = treespec.flatten_up_to(tree_y)
-    return sum(float(_vdot_real(x, y)) for x, y in zip(leaves_x, leaves_y, strict=True))
+    return float(sum(map(_vdot_real, leaves_x, leaves_y)))
 
 
 def _vdot_real(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

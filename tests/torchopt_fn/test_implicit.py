@@ -123,7 +123,7 @@ def test_scalar_parameter_gets_the_right_gradient():
     root = solver(torch.tensor(0.0, dtype=DTYPE), theta)
     assert abs(float(root.detach()) - 1.0) < 1e-12
     (gradient,) = torch.autograd.grad(root, theta)
-    assert abs(float(gradient) - 1 / (1 + 3 * float(root) ** 2)) < 1e-10
+    assert abs(float(gradient) - 1 / (1 + 3 * float(root.detach()) ** 2)) < 1e-10
 
 
 VMAP_SOLVERS = {  # Under vmap CG runs all of maxiter iterations (masked once converged).
