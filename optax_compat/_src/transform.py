@@ -31,16 +31,17 @@ The opt-in in-place path (TorchOpt's ``inplace=True``):
   meant for steps nobody differentiates through; the pure path is the default.
 
 Speed:
-  :func:`scale_by_adam` runs PyTorch's fused Adam kernel (one pass per tensor) on copies of
-  its moments (or on the moments themselves with ``inplace=True``) when nothing requires
-  grad, all leaves share one floating dtype and device, ``b1``/``b2``/``eps`` are numbers,
-  ``eps_root == 0``, ``nesterov`` is off and ``mu_dtype`` matches. Otherwise it takes the
-  general foreach path, which follows Optax's formula operation for operation.
+  On the CPU an out-of-place kernel over a large tensor costs mostly the fresh memory it
+  writes, so the hot transforms allocate as few buffers as they can. :func:`scale_by_adam`,
+  when nothing requires grad, hyperparameters are numbers, the moments have the updates'
+  dtypes and ``nesterov`` is off, allocates only its two new moments and one direction buffer
+  (nothing but the direction with ``inplace=True``); otherwise it follows Optax's formula
+  operation for operation.
 """
 
 from __future__ import annotations
 
-import itertools
+import functools
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Optional, Union
 
@@ -51,9 +52,6 @@ from optax_compat._src import tree_math as tm
 
 Scalar = Union[float, int, torch.Tensor]
 Leaves = tm.Leaves
-
-_FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
 
 # ----------------------------------------------------------------------------------------------
 # Shared helpers.
@@ -459,34 +457,42 @@ class ScaleByAdamState(NamedTuple):
     nu: base.Updates
 
 
-def _fused_adam_applies(gs: Leaves, mus: Leaves, nus: Leaves, hyperparameters: tuple,
-                        eps_root: Scalar, nesterov: bool) -> bool:
-    """Whether PyTorch's fused Adam kernel computes exactly this step."""
-    if nesterov or not gs or not tm.is_zero(eps_root):
-        return False
-    if not all(_is_number(h) for h in hyperparameters):
-        return False
-    dtype, device = gs[0].dtype, gs[0].device
-    if dtype not in _FUSED_ADAM_DTYPES or device.type not in ("cpu", "cuda"):
-        return False
-    if not all(x.dtype == dtype and x.device == device and x.is_contiguous()
-               for x in itertools.chain(gs, mus, nus)):
-        return False
-    return not tm.is_recording(gs, mus, nus)
+def _lean_adam_applies(gs: Leaves, mus: Leaves, nus: Leaves, hyperparameters: tuple,
+                       nesterov: bool) -> bool:
+    """Whether :func:`_lean_adam_step` computes this step: real leaves, moments of the
+    updates' dtypes, numbers for hyperparameters and nothing for autograd to record."""
+    return (not nesterov and all(_is_number(h) for h in hyperparameters)
+            and tm.same_dtypes(gs, mus) and tm.same_dtypes(gs, nus)
+            and not any(map(torch.is_complex, gs)) and not tm.is_recording(gs, mus, nus))
 
 
-def _fused_adam_updates(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tensor,
-                        b1: float, b2: float, eps: float) -> Leaves:
-    """Advances ``mus``/``nus`` in place and returns ``m_hat / (sqrt(v_hat) + eps)``.
+def _lean_adam_step(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tensor, b1: float,
+                    b2: float, eps: float, eps_root: float, inplace: bool) -> tuple:
+    """Adam's moments and direction with the fewest passes and allocations.
 
-    The fused kernel writes ``param - lr * m_hat / (sqrt(v_hat) + eps)`` into its parameter
-    buffers; with zero buffers and ``lr = -1`` that is the Adam direction itself.
+    ``(m / c1) / (sqrt(v / c2 + eps_root) + eps)`` is evaluated as
+    ``(k * m) / (sqrt(v + eps_root * c2) + eps * sqrt(c2))`` with ``k = sqrt(c2) / c1``; the
+    bias corrections ``c1``, ``c2`` are 0-d tensors in the leaves' precision, as in Optax.
+    Only the new moments and one direction buffer are allocated (none of the moments when
+    ``inplace``): on CPU a fresh buffer costs more than an extra in-place pass over it.
+
+    Returns:
+      ``(directions, new_mus, new_nus)``.
     """
-    directions = [torch.zeros_like(g) for g in gs]
-    step = count_inc.to(dtype=torch.float32)
-    torch._fused_adam_(directions, gs, mus, nus, [], [step] * len(gs), lr=-1.0, beta1=b1,
-                       beta2=b2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
-    return directions
+    new_mus = tm.lerp(mus, gs, 1 - b1, inplace=inplace)
+    new_nus = tm.mul_(nus, b2) if inplace else tm.mul(nus, b2)
+    tm.addcmul_(new_nus, gs, gs, 1 - b2)
+    first = _bias_correction(b1, count_inc, gs)
+    second = _bias_correction(b2, count_inc, gs)
+    root_second = torch.sqrt(second)
+    if tm.is_zero(eps_root):
+        denominators = tm.sqrt(new_nus)
+    else:
+        denominators = tm.sqrt_(tm.add(new_nus, tm.scalar_like(eps_root * second, gs)))
+    tm.add_(denominators, tm.scalar_like(eps * root_second, gs))
+    # The direction is built in the denominator's buffer: 1 / d, then * m, then * k.
+    directions = tm.mul_(tm.reciprocal_(denominators), new_mus)
+    return tm.mul_(directions, tm.scalar_like(root_second / first, gs)), new_mus, new_nus
 
 
 def scale_by_adam(
@@ -529,11 +535,9 @@ def scale_by_adam(
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
-        if _fused_adam_applies(gs, mus, nus, (b1, b2, eps), eps_root, nesterov):
-            if not inplace:
-                mus, nus = tm.clone(mus), tm.clone(nus)
-            scaled = _fused_adam_updates(gs, mus, nus, count_inc, b1, b2, eps)
-            new_mus, new_nus = mus, nus
+        if _lean_adam_applies(gs, mus, nus, (b1, b2, eps, eps_root), nesterov):
+            scaled, new_mus, new_nus = _lean_adam_step(gs, mus, nus, count_inc, b1, b2, eps,
+                                                       eps_root, inplace)
         else:
             moments = tm.ema(mus, gs, b1)
             seconds = tm.ema(nus, tm.abs_sq(gs), b2)
@@ -1263,17 +1267,21 @@ def _reject_complex(params: base.Params, name: str) -> None:
         raise ValueError(f"{name} does not support complex parameters.")
 
 
+def _reject_scalars(params: base.Params, name: str) -> None:
+    """SM3 keeps one accumulator per dimension, so a 0-d leaf has none (Optax fails later)."""
+    xs, spec = tm.flatten(params)
+    if any(x.ndim == 0 for x in xs):
+        paths = spec.paths()
+        path = next(p for p, x in zip(paths, xs) if x.ndim == 0)
+        raise ValueError(f"{name} needs params of rank at least 1; the leaf at path "
+                         f"{''.join(f'[{k!r}]' for k in path)} is 0-d.")
+
+
 def _sm3_accumulator(g: torch.Tensor, covers: list[torch.Tensor], b2: Scalar) -> torch.Tensor:
     """``(1 - b2) * g ** 2 + b2 * cover``, the cover being the minimum of the broadcast
     per-dimension accumulators (``1 - b2`` is replaced by 1 when ``b2 == 1``)."""
     new_weight = 1.0 if tm.is_one(b2) else 1 - b2
-    if g.ndim < 2:
-        cover = covers[0]
-    else:
-        cover = covers[0]
-        for other in covers[1:]:
-            cover = torch.minimum(cover, other)
-    return new_weight * g ** 2 + b2 * cover
+    return new_weight * g ** 2 + b2 * functools.reduce(torch.minimum, covers)
 
 
 def _sm3_maxima(accumulator: torch.Tensor) -> list[torch.Tensor]:
@@ -1298,7 +1306,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
       list with one accumulator per dimension).
 
     Raises:
-      ValueError: at ``init`` for complex params.
+      ValueError: at ``init`` for complex or 0-d params.
 
     References:
       Anil et al, `Memory-Efficient Adaptive Optimization
@@ -1307,6 +1315,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
 
     def init_fn(params):
         _reject_complex(params, "scale_by_sm3")
+        _reject_scalars(params, "scale_by_sm3")
         mu = tm.tree_map(lambda p: [p.new_zeros(p.shape[axis]) for axis in range(p.ndim)],
                          params)
         return ScaleBySM3State(mu=mu, nu=_zeros(params))

@@ -451,3 +451,31 @@ def sign_(xs: Leaves) -> Leaves:
     if xs:
         torch._foreach_sign_(xs)
     return xs
+
+
+def add_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """Writes ``x + y`` into each ``x``; the in-place twin of :func:`add`."""
+    if xs:
+        torch._foreach_add_(xs, _operand(ys, len(xs)))
+    return xs
+
+
+def div_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """Writes ``x / y`` into each ``x``; the in-place twin of :func:`div`."""
+    if xs:
+        torch._foreach_div_(xs, _operand(ys, len(xs)))
+    return xs
+
+
+def sqrt_(xs: Leaves) -> Leaves:
+    """Writes ``sqrt(x)`` into each ``x``."""
+    if xs:
+        torch._foreach_sqrt_(xs)
+    return xs
+
+
+def reciprocal_(xs: Leaves) -> Leaves:
+    """Writes ``1 / x`` into each ``x``."""
+    if xs:
+        torch._foreach_reciprocal_(xs)
+    return xs
