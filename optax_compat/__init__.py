@@ -135,6 +135,15 @@ from optax_compat.transforms import (
 )
 
 # Combinators and wrappers (issue 4) -----------------------------------------------------------
+# isort: split
+from optax_compat._src.lookahead import LookaheadParams, LookaheadState, lookahead
+from optax_compat.schedules._inject import (
+    InjectHyperparamsState,
+    InjectStatefulHyperparamsState,
+    WrappedSchedule,
+    inject_hyperparams,
+    inject_stateful_hyperparams,
+)
 from optax_compat.transforms._accumulation import (
     MultiSteps,
     MultiStepsState,
@@ -168,14 +177,6 @@ from optax_compat.transforms._monitoring import (
     measure_with_ema,
     monitor,
     snapshot,
-)
-from optax_compat._src.lookahead import LookaheadParams, LookaheadState, lookahead
-from optax_compat.schedules._inject import (
-    InjectHyperparamsState,
-    InjectStatefulHyperparamsState,
-    WrappedSchedule,
-    inject_hyperparams,
-    inject_stateful_hyperparams,
 )
 
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.
