@@ -21,6 +21,7 @@ from optax_compat.transforms._constraining import (
 )
 
 # Combinators and wrappers (issue 4)
+# isort: split
 from optax_compat.transforms._accumulation import (
     MultiSteps,
     MultiStepsState,
