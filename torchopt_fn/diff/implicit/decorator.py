@@ -80,13 +80,7 @@ def _root_vjp(
     def residual_at(candidate: TensorTree) -> TensorTree:
         return optimality_fn(candidate, *rest, **kwargs)
 
-    residual, residual_vjp = torch.func.vjp(residual_at, solution)
-    try:
-        check_same_shapes(residual, solution, "the output of optimality_fn", "the solution")
-    except ValueError as error:
-        raise ValueError(f"custom_root: {error} The optimality function must return one "
-                         "residual per element of the solution.") from None
-
+    _, residual_vjp = torch.func.vjp(residual_at, solution)
     adjoint = solve(lambda u: residual_vjp(u)[0], pytree.tree_map(torch.neg, cotangent))
 
     def residual_of(*selected: TensorTree) -> TensorTree:
@@ -121,6 +115,15 @@ def _check_call(argnums: tuple[int, ...], args: tuple[Any, ...], name: str) -> N
         if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
             raise TypeError(f"custom_root: argument {argnum} of {name}, selected by argnums, must "
                             f"be a tensor or a tree of tensors, got {type(args[argnum]).__name__}.")
+
+
+def _check_residual(residual: TensorTree, solution: TensorTree) -> None:
+    """Checks the optimality residual has one entry per element of the solution."""
+    try:
+        check_same_shapes(residual, solution, "the output of optimality_fn", "the solution")
+    except ValueError as error:
+        raise ValueError(f"custom_root: {error} The optimality function must return one "
+                         "residual per element of the solution.") from None
 
 
 def _check_optimality_signature(
@@ -179,6 +182,11 @@ def _custom_root(
             solution, aux = _split_output(solver_fn(*args, **kwargs), has_aux, name)
         solution_leaves, solution_treespec = pytree.tree_flatten(solution)
         flat_args = _FlatArguments(args, kwargs)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in flat_args.tensors()):
+            # One evaluation, so that a residual not shaped like the solution fails here rather
+            # than in backward. Only shapes are compared: no host synchronisation.
+            with torch.no_grad():
+                _check_residual(optimality_fn(solution, *args[1:], **kwargs), solution)
 
         def backward_rule(
             outputs: tuple[torch.Tensor, ...],
@@ -227,9 +235,10 @@ def custom_root(
     should have the solver's signature. The wrapped solver composes with ``torch.func`` (``grad``,
     ``vmap``, ``jacrev``) as long as the solver and the optimality function do.
 
-    Errors are raised rather than silently wrong gradients returned: ``argnums`` out of range (at
-    the call), an optimality function whose output is not structured like the solution, and a
-    linear solve that does not reach its tolerance (in backward).
+    Errors are raised rather than silently wrong gradients returned: at the call, ``argnums`` out
+    of range and an optimality function that cannot take the solver's arguments or whose output
+    is not structured like the solution (checked by one evaluation at the solution when a
+    gradient may be requested); in backward, a linear solve that does not reach its tolerance.
 
     Args:
         optimality_fn: ``optimality_fn(params, *args, **kwargs)``, zero at the solution.
