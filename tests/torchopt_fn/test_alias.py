@@ -198,8 +198,9 @@ def test_schedules_follow_torchopt_signatures():
     assert float(torchopt.schedule.linear_schedule(1.0, 0.0, 4)(1)) == pytest.approx(0.75)
 
 
-def test_accelerated_op_reports_the_foreach_path():
+def test_accelerated_op_reports_the_fused_path():
     assert torchopt.accelerated_op_available("cpu") is True
-    assert torchopt.accelerated_op.fast_path("cpu") == "foreach"
+    assert torchopt.accelerated_op.fast_path("cpu") == "fused"
     if not torch.cuda.is_available():
         assert torchopt.accelerated_op_available("cuda") is False
+        assert torchopt.accelerated_op.fast_path("cuda") == "foreach"

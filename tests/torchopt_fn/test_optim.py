@@ -23,6 +23,8 @@ CASES = [
     (torchopt.Adam, torch.optim.Adam, dict(lr=1e-2, betas=(0.8, 0.99), weight_decay=0.1,
                                            maximize=True)),
     (torchopt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+    (torchopt.Adam, torch.optim.Adam, dict(lr=1e-2, use_accelerated_op=True)),
+    (torchopt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, use_accelerated_op=True)),
     (torchopt.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, maximize=True)),
     (torchopt.Adamax, torch.optim.Adamax, dict(lr=2e-2, weight_decay=0.1)),
     (torchopt.Adadelta, torch.optim.Adadelta, dict(lr=1.0, rho=0.8, weight_decay=0.1)),
@@ -56,8 +58,12 @@ def train_step(model: torch.nn.Module, optimizer, step: int, dtype: torch.dtype)
 def test_matches_torch_optim(ours, theirs, kwargs, dtype):
     model = mlp(dtype)
     reference = copy.deepcopy(model)
-    optimizer, reference_optimizer = ours(model.parameters(), **kwargs), theirs(
-        reference.parameters(), **kwargs)
+    optimizer = ours(model.parameters(), **kwargs)
+    reference_kwargs = dict(kwargs)
+    if reference_kwargs.pop("use_accelerated_op", False):
+        assert optimizer._fused_step is not None
+        reference_kwargs["fused"] = True
+    reference_optimizer = theirs(reference.parameters(), **reference_kwargs)
     for step in range(10):  # RAdam rectifies from step 6 on
         train_step(model, optimizer, step, dtype)
         train_step(reference, reference_optimizer, step, dtype)
@@ -67,6 +73,7 @@ def test_matches_torch_optim(ours, theirs, kwargs, dtype):
 
 @pytest.mark.parametrize(("ours", "theirs", "kwargs"), CASES, ids=IDS)
 def test_state_dict_round_trip_continues_bit_identically(ours, theirs, kwargs):
+    del theirs
     model = mlp(torch.float32)
     optimizer = ours(model.parameters(), **kwargs)
     for step in range(3):
@@ -79,6 +86,21 @@ def test_state_dict_round_trip_continues_bit_identically(ours, theirs, kwargs):
         train_step(resumed_model, resumed, step, torch.float32)
     for p, q in zip(model.parameters(), resumed_model.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_fused_and_foreach_adam_share_their_state():
+    model = mlp(torch.float64)
+    fused = torchopt.Adam(model.parameters(), lr=1e-2, use_accelerated_op=True)
+    for step in range(2):
+        train_step(model, fused, step, torch.float64)
+    reference = copy.deepcopy(model)
+    foreach = torchopt.Adam(reference.parameters(), lr=1e-2)
+    foreach.load_state_dict(fused.state_dict())
+    for step in range(2, 5):
+        train_step(model, fused, step, torch.float64)
+        train_step(reference, foreach, step, torch.float64)
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, **TOLERANCES[torch.float64])
 
 
 def test_param_groups_match_torch_optim():

@@ -1,10 +1,11 @@
-"""Which fast path the Adam family runs on (``torchopt.accelerated_op``).
+"""Which fast path Adam runs on (``torchopt.accelerated_op``).
 
-TorchOpt 0.7.3 ships a compiled Adam kernel. Here there is no extension to build: the
-``optax_compat`` transformations run every step on ``torch._foreach_*`` multi-tensor kernels
-(one kernel launch per operation for all parameters), which is the accelerated path.
-:func:`is_available` checks that this path runs on the requested devices, and
-:func:`fast_path` names it.
+TorchOpt 0.7.3 ships its own compiled Adam kernel, used with ``use_accelerated_op=True``. Here
+that flag selects PyTorch's fused Adam/AdamW kernel (``torch._fused_adamw_``, through
+:mod:`optax_compat._src.fused`) for the in-place steps of :class:`torchopt_fn.Adam` and
+:class:`torchopt_fn.AdamW`. Every other step, and every differentiable one, runs on the
+multi-tensor ``torch._foreach_*`` kernels of :mod:`optax_compat`. :func:`is_available` tells
+whether the fused kernel runs on the given devices; :func:`fast_path` names the path.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
+from optax_compat._src import fused
 from torchopt_fn.typing import Device
 
 __all__ = ["is_available", "fast_path"]
@@ -27,37 +29,40 @@ def _as_devices(devices: Device | Iterable[Device] | None) -> list[torch.device]
     return [torch.device(d) for d in devices]
 
 
-def fast_path(device: Device | None = None) -> str:
-    """The name of the kernels Adam's update runs on for ``device`` (default: CPU).
-
-    Returns:
-      ``"foreach"`` (multi-tensor ``torch._foreach_*`` kernels) where they are available,
-      else ``"per-tensor"``.
-    """
-    device = torch.device("cpu" if device is None else device)
+def _fused_adam_runs_on(device: torch.device) -> bool:
+    """Whether one fused Adam step on a small tensor succeeds on ``device``."""
     if device.type == "cuda" and not torch.cuda.is_available():
-        return "per-tensor"
-    return "foreach" if is_available(device) else "per-tensor"
+        return False
+    try:
+        params = (torch.ones(2, device=device),)
+        optimizer = fused.adam(1e-3)
+        optimizer.step(params, (torch.ones(2, device=device),), optimizer.init(params))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def is_available(devices: Device | Iterable[Device] | None = None) -> bool:
-    """Whether the accelerated (multi-tensor) Adam path runs on every one of ``devices``.
+    """Whether ``use_accelerated_op=True`` gets the fused Adam kernel on every one of ``devices``.
 
     Args:
       devices: a device or devices to check; ``None`` checks the CPU and, if present, CUDA.
 
     Returns:
-      ``True`` if a small Adam step on foreach kernels succeeds on every device.
+      ``True`` if a small fused Adam step succeeds on every device.
     """
-    from torchopt_fn.transform import scale_by_accelerated_adam
+    return all(_fused_adam_runs_on(device) for device in _as_devices(devices))
 
-    try:
-        for device in _as_devices(devices):
-            if device.type == "cuda" and not torch.cuda.is_available():
-                return False
-            params = [torch.ones(2, device=device)]
-            tx = scale_by_accelerated_adam()
-            tx.update([torch.ones(2, device=device)], tx.init(params), params=params)
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True
+
+def fast_path(device: Device | None = None) -> str:
+    """The kernels an in-place Adam step with ``use_accelerated_op=True`` runs on.
+
+    Args:
+      device: the device of the parameters (default: CPU).
+
+    Returns:
+      ``"fused"`` (PyTorch's fused Adam kernel) where it runs, else ``"foreach"``
+      (multi-tensor kernels, also the path of every differentiable step).
+    """
+    return "fused" if is_available(torch.device("cpu" if device is None else device)) \
+        else "foreach"

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
+from optax_compat._src import fused
 from torchopt_fn import alias
 from torchopt_fn.optim.base import Optimizer
 from torchopt_fn.typing import ScalarOrSchedule
@@ -16,7 +17,9 @@ __all__ = ["Adam"]
 class Adam(Optimizer):
     """Adam, as ``torch.optim.Adam``.
 
-    See :func:`torchopt_fn.adam` for the arguments.
+    See :func:`torchopt_fn.adam` for the arguments. With ``use_accelerated_op=True`` (and no
+    weight decay, ``maximize`` or ``eps_root``) each step runs PyTorch's fused Adam kernel
+    in place (:func:`optax_compat._src.fused.adam`), on the same state.
     """
 
     def __init__(
@@ -45,3 +48,5 @@ class Adam(Optimizer):
                 use_accelerated_op=use_accelerated_op,
             ),
         )
+        if use_accelerated_op and weight_decay == 0.0 and not maximize and eps_root == 0.0:
+            self._fused_step = fused.adam(lr, betas[0], betas[1], eps).step

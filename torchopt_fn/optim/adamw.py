@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from optax_compat._src import fused
 from torchopt_fn import alias
 from torchopt_fn.optim.base import Optimizer
 from torchopt_fn.typing import OptState, Params, ScalarOrSchedule
@@ -16,7 +17,9 @@ __all__ = ["AdamW"]
 class AdamW(Optimizer):
     """Adam with decoupled weight decay, as ``torch.optim.AdamW``.
 
-    See :func:`torchopt_fn.adamw` for the arguments.
+    See :func:`torchopt_fn.adamw` for the arguments. With ``use_accelerated_op=True`` (and no
+    ``maximize`` or ``eps_root``) each step runs PyTorch's fused AdamW kernel in place
+    (:func:`optax_compat._src.fused.adamw`), on the same state.
     """
 
     def __init__(
@@ -47,3 +50,6 @@ class AdamW(Optimizer):
                 use_accelerated_op=use_accelerated_op,
             ),
         )
+        if use_accelerated_op and not maximize and eps_root == 0.0:
+            self._fused_step = fused.adamw(lr, betas[0], betas[1], eps,
+                                           weight_decay=weight_decay, mask=mask).step

@@ -39,7 +39,14 @@ class Optimizer:
     ``torch.no_grad`` (``impl.update(..., inplace=True)`` may reuse the state buffers and
     overwrite the ``.grad`` tensors, as in TorchOpt). Parameters whose ``.grad`` is ``None``
     are given a zero gradient.
+
+    Subclasses may set ``_fused_step`` to a ``step(params, grads, state) -> state`` that does
+    the whole update in place on the same state (the fused Adam kernels of
+    :mod:`optax_compat._src.fused`); :meth:`step` then calls it instead of ``update`` and
+    :func:`apply_updates`.
     """
+
+    _fused_step: Callable[[Any, Any, OptState], OptState] | None = None
 
     def __init__(self, params: Iterable[torch.Tensor], impl: GradientTransformation) -> None:
         """Builds the optimizer.
@@ -101,6 +108,9 @@ class Optimizer:
             for index, params in enumerate(self.param_groups):
                 state = self._initialized_state(index)
                 grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad for p in params)
+                if self._fused_step is not None:
+                    self.state_groups[index] = self._fused_step(params, grads, state)
+                    continue
                 updates, self.state_groups[index] = self.impl.update(
                     grads, state, params=params, inplace=True)
                 apply_updates(params, updates, inplace=True)
