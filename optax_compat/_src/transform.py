@@ -90,6 +90,13 @@ def _store(buffers: Leaves, values: Leaves, inplace: bool) -> Leaves:
     return values
 
 
+def _emit(gs: Leaves, scaled: Leaves, inplace: bool) -> Leaves:
+    """The updates to return; with ``inplace`` they are written into the incoming tensors."""
+    if inplace and scaled is not gs and tm.same_dtypes(gs, scaled):
+        return tm.copy_(gs, scaled)
+    return scaled
+
+
 def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Tensor:
     """``1 - decay ** count`` as a 0-d tensor in the widest precision of the leaves.
 
@@ -283,7 +290,7 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
         old = _state_leaves(state.sum_of_squares, spec, updates, "state.sum_of_squares")
         sums = tm.add(tm.abs_sq(gs), old)
         scaled = tm.mul(_where_positive_rsqrt(sums, eps), gs)
-        return (tm.unflatten(spec, scaled),
+        return (tm.unflatten(spec, _emit(gs, scaled, inplace)),
                 ScaleByRssState(sum_of_squares=tm.unflatten(spec, _store(old, sums, inplace))))
 
     return _with_extra_args(init_fn, update_fn)
@@ -444,7 +451,7 @@ def scale_by_stddev(
         nu = tm.unflatten(spec, _store(nus, new_nus, inplace))
         new_state = (ScaleByRStdDevWithCountState(count=count_inc, mu=mu, nu=nu)
                      if bias_correction else ScaleByRStdDevState(mu=mu, nu=nu))
-        return tm.unflatten(spec, scaled), new_state
+        return tm.unflatten(spec, _emit(gs, scaled, inplace)), new_state
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -473,8 +480,9 @@ def _lean_adam_step(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tenso
     ``(m / c1) / (sqrt(v / c2 + eps_root) + eps)`` is evaluated as
     ``(k * m) / (sqrt(v + eps_root * c2) + eps * sqrt(c2))`` with ``k = sqrt(c2) / c1``; the
     bias corrections ``c1``, ``c2`` are 0-d tensors in the leaves' precision, as in Optax.
-    Only the new moments and one direction buffer are allocated (none of the moments when
-    ``inplace``): on CPU a fresh buffer costs more than an extra in-place pass over it.
+    Only the new moments and one direction buffer are allocated; with ``inplace`` nothing is:
+    the moments are advanced in their buffers and the direction is built in the updates'.
+    (On the CPU a fresh buffer costs more than an extra in-place pass over it.)
 
     Returns:
       ``(directions, new_mus, new_nus)``.
@@ -485,10 +493,14 @@ def _lean_adam_step(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tenso
     first = _bias_correction(b1, count_inc, gs)
     second = _bias_correction(b2, count_inc, gs)
     root_second = torch.sqrt(second)
+    # In place, the updates' own buffers (no longer needed) receive the result.
+    denominators = tm.copy_(gs, new_nus) if inplace else None
     if tm.is_zero(eps_root):
-        denominators = tm.sqrt(new_nus)
+        denominators = tm.sqrt_(denominators) if inplace else tm.sqrt(new_nus)
     else:
-        denominators = tm.sqrt_(tm.add(new_nus, tm.scalar_like(eps_root * second, gs)))
+        shift = tm.scalar_like(eps_root * second, gs)
+        denominators = tm.sqrt_(tm.add_(denominators, shift) if inplace
+                                else tm.add(new_nus, shift))
     tm.add_(denominators, tm.scalar_like(eps * root_second, gs))
     # The direction is built in the denominator's buffer: 1 / d, then * m, then * k.
     directions = tm.mul_(tm.reciprocal_(denominators), new_mus)
@@ -546,6 +558,7 @@ def scale_by_adam(
             scaled = _adam_ratio(mu_hats, nu_hats, eps, eps_root)
             new_mus = _store(mus, tm.cast(moments, mu_dtype), inplace)
             new_nus = _store(nus, [v.to(n.dtype) for v, n in zip(seconds, nus)], inplace)
+            scaled = _emit(gs, scaled, inplace)
         return tm.unflatten(spec, scaled), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
@@ -644,7 +657,7 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
         moments = tm.ema(mus, gs, b1)
         maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
         scaled = tm.div(_debias(moments, _bias_correction(b1, count_inc, moments)), maxima)
-        return tm.unflatten(spec, scaled), ScaleByAdamState(
+        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, _store(mus, moments, inplace)),
             nu=tm.unflatten(spec, _store(nus, maxima, inplace)))
 
@@ -715,7 +728,7 @@ def scale_by_lion(
             new_mus = tm.lerp(mus, gs, 1 - b2, inplace=inplace)
         else:
             new_mus = _store(mus, tm.cast(tm.ema(mus, gs, b2), mu_dtype), inplace)
-        return tm.unflatten(spec, scaled), ScaleByLionState(
+        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByLionState(
             count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus))
 
     return _with_extra_args(init_fn, update_fn)
@@ -874,7 +887,7 @@ def scale_by_radam(
         adaptive = _adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)), nu_hats,
                                eps, eps_root)
         scaled = tm.where(ro >= threshold, adaptive, mu_hats)
-        return tm.unflatten(spec, scaled), ScaleByAdamState(
+        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, _store(mus, moments, inplace)),
             nu=tm.unflatten(spec, _store(nus, seconds, inplace)))
 
@@ -916,7 +929,7 @@ def scale_by_adadelta(rho: Scalar = 0.9,
         ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
         scaled = tm.mul(ratios, gs)
         new_e_xs = tm.ema(e_xs, tm.square(scaled), rho)
-        return tm.unflatten(spec, scaled), ScaleByAdaDeltaState(
+        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdaDeltaState(
             e_g=tm.unflatten(spec, _store(e_gs, new_e_gs, inplace)),
             e_x=tm.unflatten(spec, _store(e_xs, new_e_xs, inplace)))
 
