@@ -9,6 +9,7 @@ import optax_compat as ox
 from tests.helpers import (
     assert_inplace_matches_pure,
     compare_with_optax,
+    jit_optax,
     make_tree,
 )
 
@@ -19,14 +20,14 @@ DTYPES = [torch.float32, torch.float64]
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_trace_matches_optax(dtype, nesterov):
     compare_with_optax(ox.trace(0.9, nesterov=nesterov),
-                       lambda: optax.trace(0.9, nesterov=nesterov), dtype, steps=6)
+                       lambda: jit_optax(optax.trace(0.9, nesterov=nesterov)), dtype, steps=6)
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_trace_accumulator_dtype_matches_optax(nesterov):
     ours, _ = compare_with_optax(
         ox.trace(0.9, nesterov=nesterov, accumulator_dtype=torch.float16),
-        lambda: optax.trace(0.9, nesterov=nesterov, accumulator_dtype=jnp.float16),
+        lambda: jit_optax(optax.trace(0.9, nesterov=nesterov, accumulator_dtype=jnp.float16)),
         torch.float32, steps=5)
     assert all(t.dtype == torch.float16 for t in ox.tree_utils._tree_math.tm.leaves(ours))
 
@@ -34,19 +35,20 @@ def test_trace_accumulator_dtype_matches_optax(nesterov):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_trace_with_tensor_decay_matches_optax(dtype):
     compare_with_optax(ox.trace(torch.tensor(0.7, dtype=dtype), nesterov=True),
-                       lambda: optax.trace(0.7, nesterov=True), dtype, steps=5)
+                       lambda: jit_optax(optax.trace(0.7, nesterov=True)), dtype, steps=5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("debias", [True, False])
 def test_ema_matches_optax(dtype, debias):
-    compare_with_optax(ox.ema(0.8, debias=debias), lambda: optax.ema(0.8, debias=debias),
+    compare_with_optax(ox.ema(0.8, debias=debias), lambda: jit_optax(optax.ema(0.8, debias=debias)),
                        dtype, steps=6)
 
 
 def test_ema_accumulator_dtype_matches_optax():
     compare_with_optax(ox.ema(0.8, accumulator_dtype=torch.float16),
-                       lambda: optax.ema(0.8, accumulator_dtype=jnp.float16), torch.float32)
+                       lambda: jit_optax(optax.ema(0.8, accumulator_dtype=jnp.float16)),
+                       torch.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
