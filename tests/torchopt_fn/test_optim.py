@@ -181,3 +181,52 @@ def _tensors(state):
     from optax_compat._src import tree_math
 
     return [t for t in tree_math.leaves(state) if isinstance(t, torch.Tensor)]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), [
+    (torchopt.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.1)),
+    (torchopt.RMSprop, torch.optim.RMSprop, dict(lr=1e-2, centered=True)),
+    (torchopt.Adagrad, torch.optim.Adagrad, dict(lr=0.1)),
+], ids=["SGD", "RMSprop", "Adagrad"])
+def test_parameters_without_grad_are_skipped_as_by_torch_optim(ours, theirs, kwargs):
+    model = mlp(torch.float64)
+    reference = copy.deepcopy(model)
+    optimizer, reference_optimizer = ours(model.parameters(), **kwargs), theirs(
+        reference.parameters(), **kwargs)
+    for step in range(6):
+        for net, opt in ((model, optimizer), (reference, reference_optimizer)):
+            if step % 2:  # every other step, the first layer gets no gradient
+                step_without_first_layer_grad(net, opt, step)
+            else:
+                train_step(net, opt, step, torch.float64)
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, **TOLERANCES[torch.float64])
+
+
+@pytest.mark.parametrize("use_accelerated_op", [False, True])
+def test_adam_keeps_parameters_without_grad_and_their_moments(use_accelerated_op):
+    # The step counter is shared by the group (Optax's state), so unlike torch.optim's
+    # per-parameter counters it still advances; the parameter and its moments do not move.
+    model = mlp(torch.float64)
+    optimizer = torchopt.Adam(model.parameters(), lr=1e-2,
+                              use_accelerated_op=use_accelerated_op)
+    train_step(model, optimizer, 0, torch.float64)
+    weight = model[0].weight.detach().clone()
+    moments = [t[0].clone() for t in (optimizer.state_groups[0][0].mu,
+                                      optimizer.state_groups[0][0].nu)]
+    bias = model[2].bias.detach().clone()
+    step_without_first_layer_grad(model, optimizer, 1)
+    assert torch.equal(model[0].weight, weight)
+    assert all(torch.equal(t[0], m) for t, m in zip(
+        (optimizer.state_groups[0][0].mu, optimizer.state_groups[0][0].nu), moments,
+        strict=True))
+    assert not torch.equal(model[2].bias, bias)
+
+
+def step_without_first_layer_grad(net, optimizer, step):
+    optimizer.zero_grad(set_to_none=True)
+    x, y = batch(step, torch.float64)
+    features = x @ torch.ones(3, 8, dtype=torch.float64)
+    torch.nn.functional.mse_loss(net[2](net[1](features)), y).backward()
+    assert net[0].weight.grad is None
+    optimizer.step()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import optree
 import torch
 
 import optax_compat._src.base as optax_base
@@ -31,6 +32,49 @@ def as_transformation(impl: Any) -> GradientTransformation:
     raise TypeError(f"{impl} (type: {type(impl).__name__}) is not a GradientTransformation")
 
 
+class _Frozen:
+    """Copies of the parameters without gradient and of their state buffers, to put back.
+
+    The transformations update a whole group at once; ``torch.optim`` skips parameters whose
+    ``.grad`` is ``None``. The group is stepped with zero gradients for them, then their values
+    and their entries in every per-parameter part of the state (a tuple shaped like the group,
+    such as ``mu``) are restored.
+    """
+
+    def __init__(self, params: TupleOfTensors, state: OptState, indices: list[int]) -> None:
+        self.params = params
+        self.indices = indices
+        self.saved_params = [params[i].clone() for i in indices]
+        self.shapes = [p.shape for p in params]
+        leaves, _ = self._flatten(state)
+        self.saved_buffers = [[leaf[i].clone() for i in indices] if self._per_parameter(leaf)
+                              else None for leaf in leaves]
+
+    def _per_parameter(self, node: Any) -> bool:
+        return (isinstance(node, tuple) and not hasattr(node, "_fields")
+                and len(node) == len(self.shapes)
+                and all(isinstance(t, torch.Tensor) and t.shape == shape
+                        for t, shape in zip(node, self.shapes, strict=True)))
+
+    def _flatten(self, state: OptState) -> tuple[list[Any], Any]:
+        return optree.tree_flatten(state, is_leaf=self._per_parameter,
+                                   none_is_leaf=tree_math.NONE_IS_LEAF,
+                                   namespace=tree_math.NAMESPACE)
+
+    def restore(self, state: OptState) -> OptState:
+        """Puts the saved parameters back and returns ``state`` with the saved buffers."""
+        for i, saved in zip(self.indices, self.saved_params, strict=True):
+            self.params[i].copy_(saved)
+        leaves, treespec = self._flatten(state)
+        for position, saved in enumerate(self.saved_buffers):
+            if saved is not None:
+                restored = list(leaves[position])
+                for i, buffer in zip(self.indices, saved, strict=True):
+                    restored[i] = buffer
+                leaves[position] = tuple(restored)
+        return optree.tree_unflatten(treespec, leaves)
+
+
 class Optimizer:
     """An optimizer with :class:`torch.optim.Optimizer`'s interface and a functional core.
 
@@ -38,7 +82,8 @@ class Optimizer:
     ``impl.init`` at the first :meth:`step`. A step updates the parameters in place under
     ``torch.no_grad`` (``impl.update(..., inplace=True)`` may reuse the state buffers and
     overwrite the ``.grad`` tensors, as in TorchOpt). Parameters whose ``.grad`` is ``None``
-    are given a zero gradient.
+    are skipped, as by ``torch.optim``: they and their per-parameter state buffers keep their
+    values (a step counter shared by the group still advances).
 
     Subclasses may set ``_fused_step`` to a ``step(params, grads, state) -> state`` that does
     the whole update in place on the same state (the fused Adam kernels of
@@ -106,14 +151,18 @@ class Optimizer:
                 loss = closure()
         with torch.no_grad():
             for index, params in enumerate(self.param_groups):
+                gradless = [i for i, p in enumerate(params) if p.grad is None]
+                if len(gradless) == len(params):
+                    continue
                 state = self._initialized_state(index)
+                frozen = _Frozen(params, state, gradless) if gradless else None
                 grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad for p in params)
                 if self._fused_step is not None:
-                    self.state_groups[index] = self._fused_step(params, grads, state)
-                    continue
-                updates, self.state_groups[index] = self.impl.update(
-                    grads, state, params=params, inplace=True)
-                apply_updates(params, updates, inplace=True)
+                    state = self._fused_step(params, grads, state)
+                else:
+                    updates, state = self.impl.update(grads, state, params=params, inplace=True)
+                    apply_updates(params, updates, inplace=True)
+                self.state_groups[index] = state if frozen is None else frozen.restore(state)
         return loss
 
     def state_dict(self) -> tuple[Any, ...]:
