@@ -158,6 +158,34 @@ def test_vmap_over_a_batch_of_inner_problems(solver_name):
     torch.testing.assert_close(jac, expected_jac, rtol=0, atol=TOL)
 
 
+@pytest.mark.parametrize("solver_name", sorted(VMAP_SOLVERS))
+def test_forward_mode_and_second_order_derivatives(solver_name):
+    solver = custom_root(ridge_optimality, argnums=1, solve=VMAP_SOLVERS[solver_name]())(
+        lambda w0, lam, x, y: ridge_closed_form(lam, x, y))
+
+    def implicit(lam):
+        return solver(torch.zeros(D, dtype=DTYPE), lam, DATA["x"], DATA["y"])
+
+    def explicit(lam):
+        return ridge_closed_form(lam, DATA["x"], DATA["y"])
+
+    lam = torch.tensor(1.5, dtype=DTYPE)
+    torch.testing.assert_close(torch.func.jacfwd(implicit)(lam), torch.func.jacfwd(explicit)(lam),
+                               rtol=0, atol=TOL)
+    _, tangent = torch.func.jvp(implicit, (lam,), (torch.tensor(2.0, dtype=DTYPE),))
+    torch.testing.assert_close(tangent, 2 * torch.func.jacfwd(explicit)(lam), rtol=0, atol=TOL)
+
+    # The derivative rules are themselves differentiable: the solution's dependence on lam is
+    # accounted for when the gradient is differentiated again.
+    expected = torch.func.hessian(lambda lam: validation_loss(explicit(lam)))(lam)
+    torch.testing.assert_close(torch.func.hessian(lambda lam: validation_loss(implicit(lam)))(lam),
+                               expected, rtol=0, atol=TOL)
+    lam = lam.clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(validation_loss(implicit(lam)), lam, create_graph=True)
+    (second,) = torch.autograd.grad(gradient, lam)
+    torch.testing.assert_close(second, expected, rtol=0, atol=TOL)
+
+
 def test_vmap_marks_non_converged_linear_solves_with_nan():
     solver = custom_root(ridge_optimality, argnums=1, solve=linear_solve.solve_cg(maxiter=1))(
         lambda w0, lam, x, y: ridge_closed_form(lam, x, y))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from torchopt_fn import linear_solve, pytree
-from torchopt_fn.diff._custom_vjp import attach_vjp
+from torchopt_fn.diff._custom_vjp import Tensors, attach_vjp
 from torchopt_fn.linalg.utils import check_same_shapes
 from torchopt_fn.typing import LinearSolver, TensorTree
 
@@ -53,6 +53,11 @@ class _FlatArguments:
         rest, kwargs = pytree.tree_unflatten(self.treespec, leaves)
         return list(rest), kwargs
 
+    def gather(self, argnums: tuple[int, ...], tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+        """The trees ``args[argnums[k]]`` rebuilt from one tensor per tensor input."""
+        rest, _ = self.rebuild(tensors)
+        return tuple(rest[argnum - 1] for argnum in argnums)
+
     def scatter(self, argnums: tuple[int, ...], grads: Sequence[TensorTree]) -> list[Any]:
         """One gradient per tensor input: ``grads[k]`` for the leaves of ``args[argnums[k]]``."""
         per_leaf: list[Any] = [None] * len(self.leaves)
@@ -66,31 +71,67 @@ class _FlatArguments:
         return [per_leaf[i] for i in self.tensor_positions]
 
 
-def _root_vjp(
-    optimality_fn: Callable[..., TensorTree],
-    solve: LinearSolver,
-    argnums: tuple[int, ...],
-    solution: TensorTree,
-    rest: list[Any],
-    kwargs: dict[str, Any],
-    cotangent: TensorTree,
-) -> tuple[TensorTree, ...]:
-    """The gradients ``-B^T A^{-T} v`` of the arguments ``argnums`` (see the module docstring)."""
+class _ImplicitRule:
+    """The derivative rules of one solver call, given the optimality condition ``F(x, theta)``.
 
-    def residual_at(candidate: TensorTree) -> TensorTree:
-        return optimality_fn(candidate, *rest, **kwargs)
+    Reverse mode: ``theta_bar = -B^T A^{-T} x_bar``; forward mode: ``x_dot = -A^{-1} B theta_dot``,
+    with ``A = dF/dx`` and ``B = dF/dtheta`` applied matrix-free (see the module docstring).
+    """
 
-    _, residual_vjp = torch.func.vjp(residual_at, solution)
-    adjoint = solve(lambda u: residual_vjp(u)[0], pytree.tree_map(torch.neg, cotangent))
+    def __init__(
+        self,
+        optimality_fn: Callable[..., TensorTree],
+        solve: LinearSolver,
+        argnums: tuple[int, ...],
+        flat_args: _FlatArguments,
+        solution_treespec: pytree.PyTreeSpec,
+    ) -> None:
+        self.optimality_fn = optimality_fn
+        self.solve = solve
+        self.argnums = argnums
+        self.flat_args = flat_args
+        self.solution_treespec = solution_treespec
 
-    def residual_of(*selected: TensorTree) -> TensorTree:
-        args = list(rest)
-        for argnum, value in zip(argnums, selected, strict=True):
-            args[argnum - 1] = value
-        return optimality_fn(solution, *args, **kwargs)
+    def _residuals(
+        self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+    ) -> tuple[TensorTree, Callable[[TensorTree], TensorTree], Callable[..., TensorTree],
+               tuple[TensorTree, ...]]:
+        """The solution, ``F(., theta)``, ``F(x, .)`` of the selected arguments, and those."""
+        solution = pytree.tree_unflatten(self.solution_treespec, outputs)
+        rest, kwargs = self.flat_args.rebuild(inputs)
 
-    _, args_vjp = torch.func.vjp(residual_of, *(rest[argnum - 1] for argnum in argnums))
-    return args_vjp(adjoint)
+        def residual_at(candidate: TensorTree) -> TensorTree:
+            return self.optimality_fn(candidate, *rest, **kwargs)
+
+        def residual_of(*selected: TensorTree) -> TensorTree:
+            args = list(rest)
+            for argnum, value in zip(self.argnums, selected, strict=True):
+                args[argnum - 1] = value
+            return self.optimality_fn(solution, *args, **kwargs)
+
+        selected = tuple(rest[argnum - 1] for argnum in self.argnums)
+        return solution, residual_at, residual_of, selected
+
+    def vjp(self, outputs: Tensors, inputs: Tensors, cotangents: Tensors) -> list[Any]:
+        """One gradient per tensor input (``None`` outside the arguments ``argnums``)."""
+        solution, residual_at, residual_of, selected = self._residuals(outputs, inputs)
+        _, residual_vjp = torch.func.vjp(residual_at, solution)
+        cotangent = pytree.tree_unflatten(self.solution_treespec, cotangents)
+        adjoint = self.solve(lambda u: residual_vjp(u)[0], pytree.tree_map(torch.neg, cotangent))
+        _, args_vjp = torch.func.vjp(residual_of, *selected)
+        return self.flat_args.scatter(self.argnums, args_vjp(adjoint))
+
+    def jvp(self, outputs: Tensors, inputs: Tensors, tangents: Tensors) -> list[torch.Tensor]:
+        """One tangent per solution leaf, from the tangents of the arguments ``argnums``."""
+        solution, residual_at, residual_of, selected = self._residuals(outputs, inputs)
+        _, b_tangent = torch.func.jvp(residual_of, selected,
+                                      self.flat_args.gather(self.argnums, tangents))
+
+        def matvec(v: TensorTree) -> TensorTree:
+            return torch.func.jvp(residual_at, (solution,), (v,))[1]
+
+        solution_tangent = self.solve(matvec, pytree.tree_map(torch.neg, b_tangent))
+        return self.solution_treespec.flatten_up_to(solution_tangent)
 
 
 def _normalize_argnums(argnums: int | Sequence[int]) -> tuple[int, ...]:
@@ -188,20 +229,9 @@ def _custom_root(
             with torch.no_grad():
                 _check_residual(optimality_fn(solution, *args[1:], **kwargs), solution)
 
-        def backward_rule(
-            outputs: tuple[torch.Tensor, ...],
-            inputs: tuple[torch.Tensor, ...],
-            cotangents: tuple[torch.Tensor, ...],
-        ) -> list[Any]:
-            rest, call_kwargs = flat_args.rebuild(inputs)
-            grads = _root_vjp(
-                optimality_fn, solve, argnums,
-                pytree.tree_unflatten(solution_treespec, outputs), rest, call_kwargs,
-                pytree.tree_unflatten(solution_treespec, cotangents))
-            return flat_args.scatter(argnums, grads)
-
+        rule = _ImplicitRule(optimality_fn, solve, argnums, flat_args, solution_treespec)
         outputs = attach_vjp([leaf.detach() for leaf in solution_leaves], flat_args.tensors(),
-                             backward_rule)
+                             rule.vjp, rule.jvp)
         solution = pytree.tree_unflatten(solution_treespec, outputs)
         return (solution, aux) if has_aux else solution
 
