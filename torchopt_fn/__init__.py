@@ -67,6 +67,16 @@ from torchopt_fn.utils import (
 )
 from torchopt_fn.version import __version__
 
+
+def __getattr__(name: str) -> object:
+    """``torchopt_fn.visual`` on first access: it needs graphviz, so it is not imported eagerly."""
+    if name == "visual":
+        import importlib
+
+        return importlib.import_module("torchopt_fn.visual")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "accelerated_op_available",
     "adam",

@@ -15,7 +15,7 @@ import torch
 
 from optax_compat._src import numerics, tree_math
 from torchopt_fn.base import GradientTransformation
-from torchopt_fn.transform.utils import update_moment, with_moment_requires_grad
+from torchopt_fn.transform.utils import moment_leaves, with_moment_requires_grad
 from torchopt_fn.typing import OptState, Params, Updates
 
 __all__ = ["scale_by_radam"]
@@ -84,8 +84,8 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
         grads, spec = tree_math.flatten(updates)
         mu = tree_math.leaves_like(state.mu, spec, "state.mu", updates)
         nu = tree_math.leaves_like(state.nu, spec, "state.nu", updates)
-        mu = update_moment(grads, mu, b1, order=1, inplace=inplace)
-        nu = update_moment(grads, nu, b2, order=2, inplace=inplace)
+        mu = moment_leaves(grads, mu, b1, order=1, inplace=inplace)
+        nu = moment_leaves(grads, nu, b2, order=2, inplace=inplace)
         count = numerics.safe_increment(state.count)
         rectify, inv_bias_correction1, rectified = _rectified_step_sizes(count, b1, b2)
         mu_hat = tree_math.mul(mu, inv_bias_correction1)

@@ -12,7 +12,7 @@ import torch
 
 from optax_compat._src import tree_math
 from torchopt_fn.base import GradientTransformation
-from torchopt_fn.transform.utils import divide_updates, update_moment
+from torchopt_fn.transform.utils import divide_updates, moment_leaves
 from torchopt_fn.typing import OptState, Params, Updates
 
 __all__ = ["scale_by_rms"]
@@ -62,7 +62,7 @@ def scale_by_rms(alpha: float = 0.9, eps: float = 1e-8,
         del params
         grads, spec = tree_math.flatten(updates)
         nu = tree_math.leaves_like(state.nu, spec, "state.nu", updates)
-        nu = update_moment(grads, nu, alpha, order=2, inplace=inplace)
+        nu = moment_leaves(grads, nu, alpha, order=2, inplace=inplace)
         new_updates = divide_updates(grads, tree_math.add(tree_math.sqrt(nu), eps),
                                      inplace=inplace)
         return tree_math.unflatten(spec, new_updates), ScaleByRmsState(

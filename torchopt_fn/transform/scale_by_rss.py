@@ -12,7 +12,7 @@ import torch
 from optax_compat._src import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.scale_by_rms import filled_like
-from torchopt_fn.transform.utils import update_moment
+from torchopt_fn.transform.utils import moment_leaves
 from torchopt_fn.typing import OptState, Params, Updates
 
 __all__ = ["scale_by_rss"]
@@ -53,7 +53,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1,
         del params
         grads, spec = tree_math.flatten(updates)
         sums = tree_math.leaves_like(state.sum_of_squares, spec, "state.sum_of_squares", updates)
-        sums = update_moment(grads, sums, 1.0, order=2, inplace=inplace)
+        sums = moment_leaves(grads, sums, 1.0, order=2, inplace=inplace)
         scaled = tree_math.div(grads, tree_math.add(tree_math.sqrt(sums), eps))
         new_updates = [torch.where(total > 0.0, u, torch.zeros_like(u))
                        for total, u in zip(sums, scaled, strict=True)]

@@ -12,7 +12,7 @@ import torch
 from optax_compat._src import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.scale_by_rms import check_rms_arguments, filled_like
-from torchopt_fn.transform.utils import divide_updates, update_moment
+from torchopt_fn.transform.utils import divide_updates, moment_leaves
 from torchopt_fn.typing import OptState, Params, Updates
 
 __all__ = ["scale_by_stddev"]
@@ -52,8 +52,8 @@ def scale_by_stddev(alpha: float = 0.9, eps: float = 1e-8,
         grads, spec = tree_math.flatten(updates)
         mu = tree_math.leaves_like(state.mu, spec, "state.mu", updates)
         nu = tree_math.leaves_like(state.nu, spec, "state.nu", updates)
-        mu = update_moment(grads, mu, alpha, order=1, inplace=inplace)
-        nu = update_moment(grads, nu, alpha, order=2, inplace=inplace)
+        mu = moment_leaves(grads, mu, alpha, order=1, inplace=inplace)
+        nu = moment_leaves(grads, nu, alpha, order=2, inplace=inplace)
         variance = tree_math.sub(nu, tree_math.square(mu))
         new_updates = divide_updates(grads, tree_math.add(tree_math.sqrt(variance), eps),
                                      inplace=inplace)

@@ -9,9 +9,10 @@ inplace=True)``. Every TorchOpt transformation here is an ``optax_compat`` one s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import optree
 import torch
 
 import optax_compat._src.base as optax_base
@@ -20,8 +21,20 @@ from optax_compat.transforms._combining import chain as optax_chain
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.typing import OptState, Params, Updates
 
-__all__ = ["from_optax", "to_optax", "chain_optax_compat", "with_moment_requires_grad",
-           "update_moment", "divide_updates"]
+__all__ = [
+    "from_optax",
+    "to_optax",
+    "chain_optax_compat",
+    "with_moment_requires_grad",
+    "moment_leaves",
+    "divide_updates",
+    "tree_map_flat",
+    "tree_map_flat_",
+    "inc_count",
+    "update_moment",
+]
+
+INT64_MAX = torch.iinfo(torch.int64).max
 
 
 def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
@@ -91,7 +104,7 @@ def with_moment_requires_grad(tx: GradientTransformation,
     return GradientTransformation(init_fn, tx.update)
 
 
-def update_moment(updates: list[torch.Tensor], moments: list[torch.Tensor], decay: float, *,
+def moment_leaves(updates: list[torch.Tensor], moments: list[torch.Tensor], decay: float, *,
                   order: int, inplace: bool) -> list[torch.Tensor]:
     """The moving average ``decay * moment + (1 - decay) * update ** order`` of leaf lists.
 
@@ -130,3 +143,55 @@ def divide_updates(updates: list[torch.Tensor], denominators: list[torch.Tensor]
         torch._foreach_div_(updates, denominators)
         return updates
     return tree_math.div(updates, denominators)
+
+
+def tree_map_flat(func: Callable[..., Any], flat_arg: Sequence[Any], *flat_args: Any,
+                  none_is_leaf: bool = False) -> Sequence[Any]:
+    """Maps ``func`` over the elements of flat sequences, keeping ``flat_arg``'s type.
+
+    Unless ``none_is_leaf``, a ``None`` in ``flat_arg`` maps to ``None``.
+    """
+    def apply(x: Any, *xs: Any) -> Any:
+        return func(x, *xs) if none_is_leaf or x is not None else None
+
+    return type(flat_arg)(map(apply, flat_arg, *flat_args))
+
+
+def tree_map_flat_(func: Callable[..., Any], flat_arg: Sequence[Any], *flat_args: Any,
+                   none_is_leaf: bool = False) -> Sequence[Any]:
+    """Calls ``func`` (for its in-place effect) on the elements; returns ``flat_arg``."""
+    tree_map_flat(func, flat_arg, *flat_args, none_is_leaf=none_is_leaf)
+    return flat_arg
+
+
+def inc_count(updates: Updates, count: Any) -> Any:
+    """A tree of counters incremented by one where ``updates`` has a leaf (saturating).
+
+    TorchOpt's per-leaf step counters; the transformations here keep one ``int32`` counter.
+    """
+    def increment(c: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+        return c if g is None else c + (c != INT64_MAX).to(c.dtype)
+
+    return optree.tree_map(increment, count, updates, none_is_leaf=True)
+
+
+def update_moment(updates: Updates, moments: Any, decay: float, *, order: int,
+                  inplace: bool = True) -> Any:
+    """The moving average ``decay * moment + (1 - decay) * update ** order`` of two trees.
+
+    Args:
+      updates: the incoming updates.
+      moments: the moment buffers, structured like ``updates``.
+      decay: the decay rate (``1.0``: a plain running sum of ``update ** order``).
+      order: 1 or 2.
+      inplace: write into ``moments``.
+
+    Returns:
+      The new moments, structured like ``updates``.
+    """
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1 or 2, got {order}")
+    leaves, spec = tree_math.flatten(updates)
+    moment = tree_math.leaves_like(moments, spec, "moments", updates)
+    return tree_math.unflatten(spec, moment_leaves(leaves, moment, decay, order=order,
+                                                   inplace=inplace))
