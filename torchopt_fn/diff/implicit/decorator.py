@@ -4,7 +4,8 @@ If ``x*(theta)`` solves ``F(x, theta) = 0`` and ``A = dF/dx`` is invertible at t
 implicit function theorem gives ``dx*/dtheta = -A^{-1} B`` with ``B = dF/dtheta``. Reverse mode
 therefore needs, for an output cotangent ``v``, one linear solve ``A^T u = -v`` (matrix-free,
 ``A^T u`` being a vector-Jacobian product of ``F``) and one more vector-Jacobian product
-``B^T u``. The solver's own iterations are never differentiated.
+``B^T u``; forward mode solves ``A x_dot = -B theta_dot`` with Jacobian-vector products. The
+solver's own iterations are never differentiated.
 
 References:
     Blondel et al., "Efficient and Modular Implicit Differentiation", NeurIPS 2022 (JAXopt).
@@ -263,7 +264,10 @@ def custom_root(
     function theorem with ``solve`` in the backward pass. ``optimality_fn`` is called as
     ``optimality_fn(solution, *args[1:], **kwargs)`` with the solver's bound arguments, so it
     should have the solver's signature. The wrapped solver composes with ``torch.func`` (``grad``,
-    ``vmap``, ``jacrev``) as long as the solver and the optimality function do.
+    ``vmap``, ``jacrev``, ``jvp``, ``jacfwd``, ``hessian``) as long as the solver and the
+    optimality function do; forward mode solves ``A x = b`` rather than ``A^T u = b`` with
+    ``solve``, so pick a solver valid for both (``solve_normal_cg``, ``solve_inv``, or
+    ``solve_cg`` when ``A`` is symmetric, e.g. the Hessian of an objective).
 
     Errors are raised rather than silently wrong gradients returned: at the call, ``argnums`` out
     of range and an optimality function that cannot take the solver's arguments or whose output
