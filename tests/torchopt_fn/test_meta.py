@@ -185,3 +185,27 @@ def test_meta_load_state_dict_mismatch_raises_and_keeps_state():
     wider = sine_net(torch.float64, hidden=5)
     with pytest.raises(ValueError, match="shape"):
         torchopt.MetaAdam(wider, lr=0.05).load_state_dict(optimizer.state_dict())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torchopt.sgd(0.1, momentum=0.9), lambda: torchopt.adam(0.1),
+    lambda: torchopt.adamw(0.1), lambda: torchopt.rmsprop(0.1), lambda: torchopt.radam(0.1),
+    lambda: torchopt.adagrad(0.1), lambda: torchopt.adadelta(1.0), lambda: torchopt.adamax(0.1),
+], ids=["sgd", "adam", "adamw", "rmsprop", "radam", "adagrad", "adadelta", "adamax"])
+def test_inplace_steps_inside_an_unrolled_graph_are_correct_or_raise(make):
+    def meta_gradient_after_three_steps(inplace: bool) -> torch.Tensor:
+        meta = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        optimizer = torchopt.FuncOptimizer(make())
+        params = {"w": meta * 1.0}  # not a leaf: the in-place path is allowed to try
+        weights = torch.arange(1.0, 4.0, dtype=torch.float64)
+        for _ in range(3):
+            params = optimizer.step((((params["w"] - 1.0) ** 2) * weights).sum(), params,
+                                    inplace=inplace)
+        return torch.autograd.grad(params["w"].sum(), meta)[0]
+
+    expected = meta_gradient_after_three_steps(inplace=False)
+    try:
+        result = meta_gradient_after_three_steps(inplace=True)
+    except RuntimeError:
+        return  # autograd refused the in-place step: loud, not a silent wrong meta-gradient
+    torch.testing.assert_close(result, expected)
