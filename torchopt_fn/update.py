@@ -26,7 +26,8 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
 
     Args:
       params: a tree of parameters.
-      updates: a tree of updates with the structure of ``params``.
+      updates: a tree of updates with the structure of ``params``; a ``None`` in place of a
+        tensor leaves that parameter unchanged.
       inplace: update the parameter tensors themselves instead of returning new ones.
 
     Returns:
@@ -38,16 +39,26 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
         requires grad (use ``inplace=False``).
     """
     param_leaves, spec = tree_math.flatten(params)
-    update_leaves = tree_math.leaves_like(updates, spec, "updates", params)
+    try:
+        update_leaves = spec.flatten_up_to(updates)
+    except ValueError:
+        raise ValueError("The structure of updates does not match the params: "
+                         f"{tree_math.first_difference(params, updates)}.") from None
+    # As in TorchOpt, a ``None`` update leaves its parameter unchanged.
+    indices = [i for i, u in enumerate(update_leaves) if u is not None]
+    targets = [param_leaves[i] for i in indices]
+    sources = [update_leaves[i] for i in indices]
     if not inplace:
-        return tree_math.unflatten(spec, tree_math.add(param_leaves, update_leaves))
-    traced = [_needs_graph(p, u) for p, u in zip(param_leaves, update_leaves, strict=True)]
-    untraced_params = [p for p, t in zip(param_leaves, traced, strict=True) if not t]
-    if untraced_params:
+        new_leaves = list(param_leaves)
+        for i, new in zip(indices, tree_math.add(targets, sources), strict=True):
+            new_leaves[i] = new
+        return tree_math.unflatten(spec, new_leaves)
+    traced = [_needs_graph(p, u) for p, u in zip(targets, sources, strict=True)]
+    untraced = [(p, u) for p, u, t in zip(targets, sources, traced, strict=True) if not t]
+    if untraced:
         with torch.no_grad():
-            torch._foreach_add_(untraced_params,
-                                [u for u, t in zip(update_leaves, traced, strict=True) if not t])
-    for param, update, is_traced in zip(param_leaves, update_leaves, traced, strict=True):
+            torch._foreach_add_([p for p, _ in untraced], [u for _, u in untraced])
+    for param, update, is_traced in zip(targets, sources, traced, strict=True):
         if not is_traced:
             continue
         if param.is_leaf and param.requires_grad:

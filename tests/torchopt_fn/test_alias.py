@@ -141,9 +141,14 @@ def test_apply_updates_inplace_through_a_graph_is_correct_or_raises():
     torch.testing.assert_close(leaf.detach(), torch.tensor([2.0, 3.0]))
 
 
-def test_apply_updates_rejects_mismatched_trees():
+def test_apply_updates_rejects_mismatched_trees_and_skips_none_updates():
     with pytest.raises(ValueError, match="'y'"):
         torchopt.apply_updates({"x": torch.ones(1)}, {"y": torch.ones(1)}, inplace=False)
+    params = {"a": torch.ones(2), "b": torch.ones(2)}
+    for inplace in (False, True):
+        new = torchopt.apply_updates(params, {"a": torch.ones(2), "b": None}, inplace=inplace)
+        torch.testing.assert_close(new["a"], torch.full((2,), 2.0))
+        torch.testing.assert_close(new["b"], torch.ones(2))
 
 
 def test_clip_grad_norm_matches_torch():
