@@ -47,11 +47,12 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
 def scale_by_accelerated_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                               eps_root: float = 0.0,
                               moment_requires_grad: bool = False) -> GradientTransformation:
-    """Adam's rescaling on the fastest path available (see :mod:`torchopt_fn.accelerated_op`).
+    """Adam's rescaling for ``use_accelerated_op=True`` (see :mod:`torchopt_fn.accelerated_op`).
 
-    TorchOpt ships a C++/CUDA kernel for this; here the ``optax_compat`` transformation already
-    runs on multi-tensor ``torch._foreach_*`` kernels, which is the accelerated path. Same
-    arguments and numbers as :func:`scale_by_adam`.
+    TorchOpt ships a C++/CUDA kernel for this transformation. Here it is :func:`scale_by_adam`,
+    which already runs on multi-tensor ``torch._foreach_*`` kernels and stays differentiable;
+    the fused kernel, which updates parameters in place and has no backward, is used by the
+    in-place steps of :class:`torchopt_fn.Adam` and :class:`torchopt_fn.AdamW`.
     """
     return scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                          moment_requires_grad=moment_requires_grad)
