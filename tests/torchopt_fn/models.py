@@ -10,7 +10,7 @@ from torch import nn
 
 def mlp(dtype: torch.dtype = torch.float32, seed: int = 0, hidden: int = 8,
         activation: type[nn.Module] = nn.Tanh) -> nn.Module:
-    """A 3 -> hidden -> 2 MLP (or 1 -> hidden -> 1 with ``sine=True``) with fixed weights."""
+    """A 3 -> hidden -> 2 MLP with weights fixed by ``seed``."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(3, hidden), activation(), nn.Linear(hidden, 2)).to(dtype)
 
