@@ -209,3 +209,17 @@ def test_accelerated_op_reports_the_fused_path():
     if not torch.cuda.is_available():
         assert torchopt.accelerated_op_available("cuda") is False
         assert torchopt.accelerated_op.fast_path("cuda") == "foreach"
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_adam_op_matches_torchopt_formula(inplace):
+    b1, b2, eps, eps_root, count = 0.8, 0.9, 1e-3, 1e-4, 3
+    mu, nu, g = torch.tensor([0.1, -0.2]), torch.tensor([0.3, 0.4]), torch.tensor([1.0, -2.0])
+    new_mu = mu * b1 + (1 - b1) * g
+    new_nu = nu * b2 + (1 - b2) * g * g
+    expected = (new_mu / (1 - b1 ** count)) / (
+        (new_nu / (1 - b2 ** count) + eps_root).sqrt() + eps)
+    op = torchopt.accelerated_op.AdamOp(b1, b2, eps, eps_root=eps_root, inplace=inplace)
+    out_mu, out_nu, out = op(mu.clone(), nu.clone(), g.clone(), count)
+    torch.testing.assert_close((out_mu, out_nu, out), (new_mu, new_nu, expected))
+    assert op(mu, nu, None, count) == (mu, nu, None)

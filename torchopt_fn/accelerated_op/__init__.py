@@ -15,9 +15,10 @@ from collections.abc import Iterable
 import torch
 
 from optax_compat._src import fused
+from torchopt_fn.accelerated_op.adam_op import AdamOp
 from torchopt_fn.typing import Device
 
-__all__ = ["is_available", "fast_path"]
+__all__ = ["AdamOp", "is_available", "fast_path"]
 
 
 def _as_devices(devices: Device | Iterable[Device] | None) -> list[torch.device]:

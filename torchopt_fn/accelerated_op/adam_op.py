@@ -1,0 +1,48 @@
+"""TorchOpt's ``AdamOp``: one Adam step on one tensor, on ``optax_compat``'s ``scale_by_adam``."""
+
+from __future__ import annotations
+
+import torch
+
+from optax_compat._src import transform as optax_transform
+
+__all__ = ["AdamOp"]
+
+
+class AdamOp:
+    """Adam's moment updates and rescaling of a single tensor (TorchOpt's operator interface).
+
+    TorchOpt implements this with a compiled kernel; here it is one step of
+    :func:`optax_compat.scale_by_adam` (multi-tensor kernels, differentiable when
+    ``inplace=False``).
+    """
+
+    def __init__(self, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
+                 eps_root: float = 0.0, inplace: bool = True) -> None:
+        """Builds the operator.
+
+        Args:
+          b1: decay rate of the first moment.
+          b2: decay rate of the second moment.
+          eps: added to the denominator outside the square root.
+          eps_root: added to the second moment inside the square root.
+          inplace: write the new moments into ``mu`` and ``nu`` (and may reuse ``updates``).
+        """
+        self.b1, self.b2, self.eps, self.eps_root, self.inplace = b1, b2, eps, eps_root, inplace
+        self._scale_by_adam = optax_transform.scale_by_adam(b1=b1, b2=b2, eps=eps,
+                                                            eps_root=eps_root)
+
+    def __call__(self, mu: torch.Tensor, nu: torch.Tensor, updates: torch.Tensor | None,
+                 count: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                     torch.Tensor | None]:
+        """Returns ``(new_mu, new_nu, new_updates)`` for step number ``count`` (from 1).
+
+        A ``None`` update leaves the moments unchanged and gives ``None``.
+        """
+        if updates is None:
+            return mu, nu, None
+        previous = torch.as_tensor(count, dtype=torch.int32, device=updates.device) - 1
+        state = optax_transform.ScaleByAdamState(count=previous, mu=mu, nu=nu)
+        new_updates, new_state = self._scale_by_adam.update(updates, state,
+                                                            inplace=self.inplace)
+        return new_state.mu, new_state.nu, new_updates
