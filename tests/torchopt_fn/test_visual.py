@@ -54,6 +54,14 @@ def parse_dot(dot: graphviz.Digraph) -> tuple[Nodes, Edges]:
     return nodes, edges
 
 
+def assert_well_formed(dot: graphviz.Digraph) -> None:
+    """Every edge joins declared nodes and no node is declared twice."""
+    nodes, edges = parse_dot(dot)
+    declared = [m[1] for line in dot.source.splitlines() if (m := _NODE_RE.match(line))]
+    assert len(declared) == len(set(declared))
+    assert all(a in nodes and b in nodes for a, b, _ in edges)
+
+
 def nodes_of(dot: graphviz.Digraph, kind: str) -> dict[str, dict[str, str]]:
     return {i: a for i, a in parse_dot(dot)[0].items() if kind in a["classes"]}
 
@@ -145,6 +153,7 @@ CASES: dict[str, Callable[[], tuple[list[torch.Tensor], dict[str, torch.Tensor]]
 def test_named_parameters_and_one_node_per_backward_function(case: str) -> None:
     outputs, params = CASES[case]()
     dot = make_dot(outputs[0], params)
+    assert_well_formed(dot)
     named = param_nodes(dot)
     assert set(named) == set(params)
     for name, attrs in named.items():
@@ -186,6 +195,7 @@ def test_jupyter_displays_svg() -> None:
 def test_show_attrs_and_show_saved_on_every_node_type(case: str) -> None:
     outputs, params = CASES[case]()
     dot = make_dot(outputs[0], params, show_attrs=True, show_saved=True, max_attr_chars=12)
+    assert_well_formed(dot)
     nodes, edges = parse_dot(dot)
     saved = nodes_of(dot, "saved")
     assert saved and all(a["fillcolor"] == "orange" for a in saved.values())

@@ -15,7 +15,13 @@ import pytest
 import torch
 from torch import nn
 
-from tests.torchopt_fn.test_visual import count_autograd_nodes, nodes_of, parse_dot, reaches
+from tests.torchopt_fn.test_visual import (
+    assert_well_formed,
+    count_autograd_nodes,
+    nodes_of,
+    parse_dot,
+    reaches,
+)
 from torchopt_fn._graph_tags import optimizer_step_tag, tag_optimizer_step
 from torchopt_fn.visual import make_dot
 
@@ -91,6 +97,7 @@ def named_nodes(dot: Any) -> dict[str, str]:
 def test_maml_snapshots_are_named_and_connected(optimizer: str, fuse: bool) -> None:
     outer, snapshots, names = maml(optimizer)
     dot = make_dot(outer, snapshots, fuse_optimizer=fuse)
+    assert_well_formed(dot)
     found = named_nodes(dot)
     assert set(found) == {f"step{s}.{n}" for s in range(3) for n in names}
     nodes, edges = parse_dot(dot)
@@ -165,6 +172,19 @@ def test_node_shared_by_all_parameters_stays_visible() -> None:
     assert len(fused) == 2 * len(names)
     assert all(reaches(edges, softplus, step) for step in fused)
     assert dot.unreached == []
+
+
+def test_step_without_a_node_of_its_own_is_drawn_unfused() -> None:
+    # Two parameters produced by one non-foreach node (unbind) cannot each get that node.
+    w = torch.randn(2, 3, requires_grad=True)
+    grad = w.exp()
+    rows = (w - 0.1 * grad).unbind(0)
+    tag_optimizer_step(list(rows), ([w], [grad]), "MetaSGD step 1")
+    out = rows[0].sum() + rows[1].sum()
+    dot = make_dot(out, {"w": w})
+    assert_well_formed(dot)
+    assert not nodes_of(dot, "fused")
+    assert len(nodes_of(dot, "backward")) == count_autograd_nodes([out])
 
 
 # -- the tag itself ----------------------------------------------------------------------------

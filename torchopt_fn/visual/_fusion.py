@@ -80,18 +80,23 @@ class Fusion:
         claims_by_node: dict[Node, dict[int, object]] = {}
         for (node, output_nr), claimant in self._claims.items():
             claims_by_node.setdefault(node, {})[output_nr] = claimant
+        owners: dict[Node, set[object]] = {}
         for node, claims in claims_by_node.items():
             claimants = set(claims.values())
-            if _SHARED in claimants:
+            if _SHARED not in claimants and (
+                    len(claimants) == 1
+                    or set(claims) == set(range(foreach_output_count(node)))):
+                owners[node] = claimants
+        # A step whose own output node cannot be absorbed (a non-foreach node producing several
+        # parameters) has no node to be drawn as; its nodes are drawn one by one instead.
+        drawn = {step for step in self.steps if step.node in owners}
+        self.steps = [step for step in self.steps if step in drawn]
+        for node, claimants in owners.items():
+            if not claimants <= drawn:
                 continue
-            if len(claimants) == 1:
-                owner = claimants.pop()
-                self._absorbed[node] = owner
-                owner.size += 1
-            elif set(claims) == set(range(foreach_output_count(node))):
-                self._absorbed[node] = _SHARED
-                for claimant in claimants:
-                    claimant.size += 1
+            for claimant in claimants:
+                claimant.size += 1
+            self._absorbed[node] = next(iter(claimants)) if len(claimants) == 1 else _SHARED
 
     def output_owner(self, node: Node, output_nr: int) -> FusedStep | None:
         """The step that output ``output_nr`` of ``node`` is drawn inside, if any."""

@@ -197,8 +197,7 @@ class _GraphBuilder:
         self._fusion = fusion
         self._resolve_output_edges()
         for step in fusion.steps if fusion else ():
-            if fusion.is_absorbed(step.node):
-                self._add_step(step)
+            self._add_step(step)
         for node in nodes:
             if fusion is None or not fusion.is_absorbed(node):
                 self._add_backward(node)
