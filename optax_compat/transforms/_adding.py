@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from optax_compat._src import base, numerics, utils
+from optax_compat._src import base, numerics, transform, utils
 from optax_compat._src import tree_math as tm
 from optax_compat.transforms import _masking
 from optax_compat.tree_utils import _random, _tree_math
@@ -40,9 +40,8 @@ def add_decayed_weights(
     is_schedule = callable(weight_decay)
 
     def init_fn(params: base.Params) -> WeightDecaySchedule | base.EmptyState:
-        del params
         if is_schedule:
-            return WeightDecaySchedule(count=torch.zeros((), dtype=torch.int32))
+            return WeightDecaySchedule(count=transform._zero_count(params))
         return base.EmptyState()
 
     def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
@@ -113,9 +112,8 @@ def add_noise(
     initial_key = utils.canonicalize_key(key)
 
     def init_fn(params: base.Params) -> AddNoiseState:
-        del params
-        return AddNoiseState(count=torch.zeros((), dtype=torch.int32),
-                             rng_key=initial_key.clone())
+        count = transform._zero_count(params)
+        return AddNoiseState(count=count, rng_key=initial_key.to(count.device, copy=True))
 
     def update_fn(updates: base.Updates, state: AddNoiseState,
                   params: base.Params | None = None):
