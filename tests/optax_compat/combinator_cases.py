@@ -30,18 +30,15 @@ def jitted(tx: Any) -> Any:
     return optax.GradientTransformationExtraArgs(jax.jit(tx.init), jax.jit(tx.update))
 
 
-def scale(factor: float) -> ox.GradientTransformation:
-    """``updates * factor``, built from ``stateless`` (independent of the transforms module)."""
-    return ox.stateless(lambda updates, params: ox.tree_utils.tree_scale(factor, updates))
-
-
 INNER_CASES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
-    "trace_scale": (lambda: ox.chain(ox.trace(0.9), scale(-0.1)),
+    "adam": (lambda: ox.chain(ox.scale_by_adam(b1=0.8), ox.scale(-0.05)),
+             lambda: optax.chain(optax.scale_by_adam(b1=0.8), optax.scale(-0.05))),
+    "trace_scale": (lambda: ox.chain(ox.trace(0.9), ox.scale(-0.1)),
                     lambda: optax.chain(optax.trace(0.9), optax.scale(-0.1))),
     "clip_nesterov": (lambda: ox.chain(ox.clip_by_global_norm(1.0), ox.trace(0.5, nesterov=True)),
                       lambda: optax.chain(optax.clip_by_global_norm(1.0),
                                           optax.trace(0.5, nesterov=True))),
-    "ema_decay": (lambda: ox.chain(ox.ema(0.8), ox.add_decayed_weights(0.1), scale(-0.05)),
+    "ema_decay": (lambda: ox.chain(ox.ema(0.8), ox.add_decayed_weights(0.1), ox.scale(-0.05)),
                   lambda: optax.chain(optax.ema(0.8), optax.add_decayed_weights(0.1),
                                       optax.scale(-0.05))),
 }
@@ -53,7 +50,9 @@ def inner_transforms(draw: Any) -> ox.GradientTransformation:
     """A random stateful or stateless inner transformation of this package."""
     decay = draw(st.floats(0.1, 0.95))
     factor = draw(st.floats(-2.0, 2.0))
-    kind = draw(st.sampled_from(["trace", "ema", "scale", "clip", "decay"]))
+    kind = draw(st.sampled_from(["adam", "trace", "ema", "scale", "clip", "decay"]))
+    if kind == "adam":
+        return ox.scale_by_adam(b1=decay, nesterov=draw(st.booleans()))
     if kind == "trace":
         return ox.trace(decay, nesterov=draw(st.booleans()))
     if kind == "ema":
@@ -62,7 +61,7 @@ def inner_transforms(draw: Any) -> ox.GradientTransformation:
         return ox.clip_by_global_norm(abs(factor) + 0.1)
     if kind == "decay":
         return ox.add_decayed_weights(decay)
-    return scale(factor)
+    return ox.scale(factor)
 
 
 def run(tx: ox.GradientTransformation, params: Any, grads: Sequence[Any]) -> list[Any]:
@@ -86,6 +85,6 @@ def assert_same_runs(actual: ox.GradientTransformation, expected: ox.GradientTra
                                        what=f"updates at step {step}")
 
 
-CASES_AND_DTYPES = [("trace_scale", torch.float32), ("clip_nesterov", torch.float64),
+CASES_AND_DTYPES = [("adam", torch.float32), ("clip_nesterov", torch.float64),
                     ("ema_decay", torch.float64)]
 """Every inner case once, float32 and float64 both covered, to keep the Optax runs few."""

@@ -37,7 +37,10 @@ def test_selective_transform_matches_optax_and_keeps_no_state_for_frozen_leaves(
         lambda: jitted(optax.selective_transform(theirs(), freeze_mask=FREEZE)), dtype,
         steps=3)
     trained = ours_state.inner_states["train"].inner_state
-    assert isinstance(ox.tree_utils.tree_get(trained, "trace")["bias"], ox.MaskedNode)
+    nodes = tree_math.leaves(tree_math.tree_map(
+        lambda x: isinstance(x, ox.MaskedNode), trained,
+        is_leaf=lambda x: isinstance(x, ox.MaskedNode)))
+    assert any(nodes), "the optimizer keeps state for frozen leaves"
 
 
 @pytest.mark.parametrize(("case", "dtype"), CASES_AND_DTYPES[:2])

@@ -10,13 +10,13 @@ import optax_compat as ox
 from optax_compat._src import tree_math
 from optax_compat.testing import strategies
 from tests.helpers import assert_close, compare_with_optax, jax_precision, make_tree, to_jax
-from tests.optax_compat.combinator_cases import assert_same_runs, jitted, scale
+from tests.optax_compat.combinator_cases import assert_same_runs, jitted
 
 DTYPES = [torch.float32, torch.float64]
 
 
 def ours_momentum(learning_rate, momentum=0.9, nesterov=False):
-    return ox.chain(ox.trace(momentum, nesterov=nesterov), scale(-learning_rate))
+    return ox.chain(ox.trace(momentum, nesterov=nesterov), ox.scale(-learning_rate))
 
 
 def theirs_momentum(learning_rate, momentum=0.9, nesterov=False):
@@ -83,7 +83,7 @@ def test_editing_a_scheduled_hyperparameter_has_no_effect():
 
 def test_static_args_pass_callables_through_unscheduled():
     def ours_factory(learning_rate, direction):
-        return scale(direction(learning_rate))
+        return ox.scale(direction(learning_rate))
 
     def theirs_factory(learning_rate, direction):
         return optax.scale(direction(learning_rate))
