@@ -11,8 +11,10 @@ from torchopt_fn._functorch_state import vmap_active
 from torchopt_fn.linalg.utils import (
     check_same_shapes,
     normalize_matvec,
+    power_of_two_scale,
     report_failure,
     tree_axpy,
+    tree_scale,
     tree_size,
     tree_vdot,
 )
@@ -71,13 +73,20 @@ def cg(
     matvec = normalize_matvec(A)
     precondition = None if M is None else normalize_matvec(M)
 
-    x, residual_sq, tolerance_sq = _cg_iterate(matvec, b, x0, maxiter, rtol, atol, precondition)
+    # Iterating on b / scale (an exact power of two) keeps the squared norms of tiny or huge
+    # right-hand sides from underflowing or overflowing; the solution scales back exactly.
+    scale = power_of_two_scale(b)
+    x, residual_sq, tolerance_sq = _cg_iterate(
+        matvec, tree_scale(b, 1 / scale), tree_scale(x0, 1 / scale), maxiter, rtol, atol / scale,
+        precondition)
+    x = tree_scale(x, scale)
     if not check_convergence:
         return x
     return report_failure(
         x, residual_sq <= tolerance_sq,
-        lambda: (f"cg did not converge: residual norm {float(residual_sq.sqrt()):.3e} is above "
-                 f"the tolerance {float(tolerance_sq.sqrt()):.3e} after {maxiter} iterations. "
+        lambda: (f"cg did not converge: residual norm {float(residual_sq.sqrt() * scale):.3e} is "
+                 f"above the tolerance {float(tolerance_sq.sqrt() * scale):.3e} after {maxiter} "
+                 "iterations. "
                  "Check that A is hermitian positive definite, raise maxiter or rtol/atol, or pass "
                  "check_convergence=False to accept a truncated solve."))
 
@@ -88,7 +97,7 @@ def _cg_iterate(
     x: TensorTree,
     maxiter: int,
     rtol: float,
-    atol: float,
+    atol: torch.Tensor,
     precondition: Callable[[TensorTree], TensorTree] | None,
 ) -> tuple[TensorTree, torch.Tensor, torch.Tensor]:
     """Runs CG from ``x``; returns the iterate, its squared residual norm and the squared tolerance.
@@ -97,7 +106,7 @@ def _cg_iterate(
     iteration, as in TorchOpt and SciPy). Under ``vmap`` it runs ``maxiter`` iterations and the
     updates of converged members are masked to zero.
     """
-    tolerance_sq = torch.clamp(tree_vdot(b, b) * rtol**2, min=atol**2)
+    tolerance_sq = torch.maximum(tree_vdot(b, b) * rtol**2, atol.square())
     residual = pytree.tree_sub(b, matvec(x))
     z = residual if precondition is None else precondition(residual)
     direction = z

@@ -24,6 +24,28 @@ def tree_vdot(tree_x: TensorTree, tree_y: TensorTree) -> torch.Tensor:
     return sum(map(pytree._vdot_real, leaves_x, leaves_y))  # type: ignore[return-value]
 
 
+def power_of_two_scale(tree: TensorTree) -> torch.Tensor:
+    """A power of two close to the largest magnitude in ``tree`` (1 if that is 0 or not finite).
+
+    Dividing by it is exact, and brings the largest magnitude into ``[1, 2)``.
+    """
+    magnitudes = [leaf.detach().abs().amax() for leaf in pytree.tree_leaves(tree) if leaf.numel()]
+    if not magnitudes:
+        return torch.ones(())
+    largest = torch.stack(magnitudes).amax()
+    usable = (largest > 0) & torch.isfinite(largest)
+    return torch.where(usable, torch.exp2(torch.floor(torch.log2(largest))), 1.0)
+
+
+def tree_scale(tree: TensorTree, factor: torch.Tensor) -> TensorTree:
+    """Multiplies every leaf by a 0-d ``factor`` without changing the dtype of any leaf."""
+
+    def scale(leaf: torch.Tensor) -> torch.Tensor:
+        return leaf * factor.to(leaf.real.dtype if leaf.is_complex() else leaf.dtype)
+
+    return pytree.tree_map(scale, tree)
+
+
 def tree_axpy(alpha: torch.Tensor | float, tree_x: TensorTree, tree_y: TensorTree) -> TensorTree:
     """``alpha * x + y`` leaf by leaf, ``alpha`` being a number or a 0-d tensor."""
     return pytree.tree_map(lambda x, y: y + alpha * x, tree_x, tree_y)
