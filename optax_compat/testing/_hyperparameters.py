@@ -4,6 +4,8 @@ Each entry lists the arguments without a default (always drawn) and those with o
 left out, so that shrinking falls back to the defaults), with ranges in which the method is
 used in practice: decay rates in ``[0, 0.999]``, small positive epsilons, learning rates in
 ``[1e-4, 1]``, block sizes small enough that tiny test tensors exercise the factored paths.
+Arguments that only make sense when resuming a run (``step_offset``, ``decay_offset``) keep
+their defaults.
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ class Spec:
       extra_args: the extra ``update`` keyword arguments it needs (``value``, ``grad``,
         ``value_fn``); transformations needing them are left out of ``transforms()``.
       random: whether it draws random numbers (compare statistically, not bit for bit).
+      scalar_leaves: whether it accepts 0-d leaves (SM3 needs at least one dimension).
     """
 
     required: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     optional: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     random: bool = False
+    scalar_leaves: bool = True
 
 
 def _adam_like(**more: Any) -> dict[str, Any]:
@@ -103,8 +107,7 @@ SPECS: dict[str, Spec] = {
     "scale_by_belief": Spec({}, _adam_like(nesterov=BOOL)),
     "scale_by_distance_over_gradients": Spec({}, {"reps_rel": _between(1e-6, 1e-3), "eps": EPS,
                                                   "global_scale": _between(0.1, 2.0)}),
-    "scale_by_factored_rms": Spec({}, {**_FACTORED, "step_offset": st.integers(0, 10),
-                                       "epsilon": _between(1e-30, 1e-3)}),
+    "scale_by_factored_rms": Spec({}, {**_FACTORED, "epsilon": _between(1e-30, 1e-3)}),
     "scale_by_lbfgs": Spec({}, {"memory_size": st.integers(1, 5), "scale_init_precond": BOOL}),
     "scale_by_lion": Spec({}, {"b1": DECAY, "b2": SECOND_DECAY, "mu_dtype": DTYPE}),
     "scale_by_novograd": Spec({}, {"b1": DECAY, "b2": _between(0.1, 0.99), "eps": EPS,
@@ -119,7 +122,8 @@ SPECS: dict[str, Spec] = {
     "scale_by_rms": Spec({}, _RMS),
     "scale_by_rprop": Spec({"learning_rate": _between(1e-3, 1.0)}, _RPROP),
     "scale_by_rss": Spec({}, {"initial_accumulator_value": _between(0.0, 1.0), "eps": EPS}),
-    "scale_by_sm3": Spec({}, {"b1": DECAY, "b2": _between(0.9, 1.0), "eps": EPS}),
+    "scale_by_sm3": Spec({}, {"b1": DECAY, "b2": _between(0.9, 1.0), "eps": EPS},
+                         scalar_leaves=False),
     "scale_by_stddev": Spec({}, _RMS),
     "scale_by_trust_ratio": Spec({}, {"min_norm": _between(0.0, 1.0),
                                       "trust_coefficient": _between(1e-3, 1.0), "eps": EPS_ROOT}),
@@ -140,7 +144,6 @@ SPECS: dict[str, Spec] = {
                           "rho": _between(0.5, 0.99), "eps": EPS,
                           "weight_decay": WEIGHT_DECAY}),
     "adafactor": Spec({}, {**_FACTORED, "learning_rate": _optional(_between(1e-3, 1.0)),
-                           "decay_offset": st.integers(0, 10),
                            "multiply_by_parameter_scale": BOOL,
                            "clipping_threshold": _optional(_between(0.5, 2.0)),
                            "momentum": MOMENTUM,
@@ -185,7 +188,8 @@ SPECS: dict[str, Spec] = {
     "sgd": Spec(_LR, {"momentum": MOMENTUM, "nesterov": BOOL, "accumulator_dtype": DTYPE}),
     "sign_sgd": Spec(_LR),
     "signum": Spec(_LR, {"beta": DECAY, "accumulator_dtype": DTYPE}),
-    "sm3": Spec({"learning_rate": _between(1e-4, 1.0)}, {"momentum": DECAY}),
+    "sm3": Spec({"learning_rate": _between(1e-4, 1.0)}, {"momentum": DECAY},
+                scalar_leaves=False),
     "yogi": Spec(_LR, {"b1": DECAY, "b2": SECOND_DECAY, "eps": _between(1e-6, 1e-2)}),
     # optax.contrib.
     "contrib.acprop": Spec(_LR, {**_adam_like(), "eps": _between(1e-16, 1e-8),

@@ -12,7 +12,13 @@ import optree
 import torch
 
 from optax_compat._src import tree_math
-from optax_compat.testing._asserts import as_tensor, assert_trees_all_close, leaves_with_paths
+from optax_compat.testing._asserts import (
+    ATOL,
+    RTOL,
+    as_tensor,
+    assert_trees_all_close,
+    leaves_with_paths,
+)
 from optax_compat.testing._config import build_value
 from optax_compat.testing._steps import ExtraArgsLike, GradsLike, extra_args_at, grads_at
 
@@ -77,6 +83,12 @@ def _without_keys(ours: Any, theirs: Any) -> tuple[list[Any], list[Any]]:
     return [mine for mine, _ in kept], [ref for _, ref in kept]
 
 
+def _narrowest_float_dtype(leaves: list[Any]) -> torch.dtype:
+    dtypes = [leaf.dtype for leaf in leaves
+              if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point]
+    return max(dtypes, key=lambda dtype: torch.finfo(dtype).eps) if dtypes else torch.float64
+
+
 def check_matches_optax(name_or_factory: str | Callable[..., Any],
                         kwargs: Mapping[str, Any] | None, params: Any, grads: GradsLike,
                         steps: int = 3, extra_args: ExtraArgsLike = None,
@@ -98,8 +110,9 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
       grads: a gradient tree used at every step, or ``step -> gradient tree``.
       steps: number of steps.
       extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
-      rtol: relative tolerance; by default float32 1e-5, float64 1e-10.
-      atol: absolute tolerance; by default float32 1e-6, float64 1e-12.
+      rtol: relative tolerance; by default that of the least precise floating dtype among
+        the params and the state (float32 1e-5, float64 1e-10).
+      atol: absolute tolerance; by default likewise (float32 1e-6, float64 1e-12).
 
     Raises:
       AssertionError: naming the step, the tree (updates, state or params) and the path.
@@ -114,6 +127,12 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
         theirs_tx = _build(name_or_factory, optax, _to_jax(kwargs))
         theirs_params = _to_jax(params)
         ours_state, theirs_state = ours_tx.init(params), theirs_tx.init(theirs_params)
+        # Numbers can only agree to the precision of the least precise tensor involved, such
+        # as a float32 moment (``mu_dtype``) of float64 parameters.
+        narrowest = _narrowest_float_dtype([*tree_math.leaves(params),
+                                            *tree_math.leaves(ours_state)])
+        rtol = RTOL.get(narrowest, 1e-5) if rtol is None else rtol
+        atol = ATOL.get(narrowest, 1e-6) if atol is None else atol
         for step in range(-1, steps):
             if step >= 0:
                 grad, step_kwargs = grads_at(grads, step), extra_args_at(extra_args, step)

@@ -163,20 +163,22 @@ def _available(name: str) -> bool:
     return True
 
 
-def transform_names(include_random: bool = False,
-                    include_extra_args: bool = False) -> list[str]:
+def transform_names(include_random: bool = False, include_extra_args: bool = False,
+                    include_without_scalar_leaves: bool = False) -> list[str]:
     """The names :func:`transforms` draws from: those with known ranges that optax_compat has.
 
     Args:
       include_random: include transformations that draw random numbers.
       include_extra_args: include those that need extra ``update`` arguments (``value``, ...).
+      include_without_scalar_leaves: include those that reject 0-d leaves (SM3).
 
     Returns:
       Sorted public names, simplest (``identity``) first.
     """
     names = [name for name, entry in SPECS.items()
              if (include_random or not entry.random)
-             and (include_extra_args or not entry.extra_args) and _available(name)]
+             and (include_extra_args or not entry.extra_args)
+             and (include_without_scalar_leaves or entry.scalar_leaves) and _available(name)]
     return sorted(names, key=lambda name: (name != "identity", name))
 
 

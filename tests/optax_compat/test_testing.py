@@ -325,3 +325,130 @@ def test_library_imports_without_hypothesis():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=False)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration strategies: hyperparameters, schedules, transforms.
+
+import inspect  # noqa: E402
+
+import optax  # noqa: E402
+
+import optax_compat  # noqa: E402
+from optax_compat.testing._hyperparameters import SPECS  # noqa: E402
+from optax_compat.testing.strategies import (  # noqa: E402
+    Config,
+    hyperparameters,
+    schedule_names,
+    schedules,
+    transform_names,
+    transforms,
+)
+
+
+def resolve(module, name):
+    for part in name.split("."):
+        module = getattr(module, part)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_hyperparameter_names_follow_optax_signatures(name):
+    parameters = inspect.signature(resolve(optax, name)).parameters
+    entry = SPECS[name]
+    without_default = {p for p, v in parameters.items()
+                       if v.default is inspect.Parameter.empty
+                       and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)}
+    # A random key has a default of None in Optax, but one of key/seed must be given.
+    assert without_default <= set(entry.required) <= set(parameters)
+    assert set(entry.optional) <= set(parameters) - set(entry.required)
+
+
+def test_every_transformation_of_optax_compat_has_ranges():
+    documented = {name for name, obj in vars(optax_compat).items()
+                  if callable(obj) and (name.startswith(("scale_by_", "clip")) or name in {
+                      "adam", "adamw", "sgd", "rmsprop", "lion", "trace", "ema", "add_noise"})}
+    assert documented <= set(SPECS), sorted(documented - set(SPECS))
+
+
+def tiny_tree():
+    generator = torch.Generator().manual_seed(1)
+    rand = lambda *shape: torch.randn(shape, generator=generator, dtype=torch.float64)
+    return {"w": rand(3, 2), "b": rand(2), "s": rand()}
+
+
+def tiny_tree_for(name):
+    """SM3 needs leaves with at least one dimension, in Optax as here."""
+    tree = tiny_tree()
+    return tree if SPECS[name].scalar_leaves else {k: v for k, v in tree.items() if v.ndim}
+
+
+@pytest.mark.parametrize("name", transform_names(include_random=True,
+                                                 include_without_scalar_leaves=True))
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_drawn_hyperparameters_build_working_transformations(name, data):
+    kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
+    tx = resolve(optax_compat, name)(**kwargs)
+    params = tiny_tree_for(name)
+    state = tx.init(params)
+    for _ in range(2):
+        updates, state = tx.update(tiny_tree_for(name), state, params)
+        params = optax_compat.apply_updates(params, updates)
+    assert all(bool(torch.isfinite(leaf).all()) for leaf in tree_math.leaves(params))
+
+
+@pytest.mark.parametrize("name", ["scale_by_adam", "trace", "scale_by_rms", "clip_by_global_norm"])
+@settings(max_examples=3, deadline=None)
+@given(data=st.data())
+def test_drawn_hyperparameters_match_optax(name, data):
+    kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
+    check_matches_optax(name, kwargs, tiny_tree(), lambda step: tiny_tree(), steps=2)
+
+
+def test_unknown_hyperparameter_name_fails_clearly():
+    with pytest.raises(ValueError, match="No hyperparameter ranges are known for 'adamm'"):
+        hyperparameters("adamm")
+
+
+@settings(max_examples=15, deadline=None)
+@given(schedules())
+def test_drawn_schedules_match_optax(schedule):
+    import jax
+    import jax.numpy as jnp
+
+    with jax.enable_x64(True):
+        theirs = schedule.config.build(optax)
+        for count in [0, 1, 5, 19, 40]:
+            ours = torch.as_tensor(schedule(count))
+            assert ours.shape == () and bool(torch.isfinite(ours))
+            assert_trees_all_close(ours, theirs(count), what=f"count {count}")
+            # An int32 count, as optimizer states hold: JAX computes parts of some schedules
+            # (the onecycle ones) in float32 then, so agreement is at float32 precision.
+            ours = torch.as_tensor(schedule(torch.tensor(count, dtype=torch.int32)))
+            assert_trees_all_close(ours, theirs(jnp.asarray(count, jnp.int32)), rtol=1e-6,
+                                   atol=1e-7, what=f"int32 count {count}")
+
+
+def test_every_schedule_is_drawn():
+    drawn = set()
+    find(schedules(max_depth=1), lambda s: drawn.add(s.config.name) or len(drawn) == len(
+        schedule_names()), settings=settings(max_examples=2000, database=None))
+    assert drawn == set(schedule_names())
+
+
+@settings(max_examples=8, deadline=None)
+@given(transforms(max_depth=2), params_and_grads(max_leaves=3, dtypes=[torch.float64]))
+def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
+    _, config = drawn
+    params, (grads,) = problem
+    rebuilt = eval(repr(config), {**vars(optax_compat), "torch": torch})
+    assert isinstance(rebuilt, base.GradientTransformation) and repr(drawn) == repr(config)
+    check_matches_optax(config.build, {}, params, grads, steps=2)
+
+
+def test_transforms_shrink_to_a_readable_chain():
+    shrunk = find(transforms(max_depth=1), lambda d: d.config.name == "chain")
+    assert repr(shrunk) == "chain(identity())"
+    assert find(transforms(names=["trace"]), lambda d: True).config == Config(
+        "trace", kwargs={"decay": 0.0})
