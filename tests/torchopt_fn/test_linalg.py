@@ -156,6 +156,14 @@ def test_ns_says_so_when_the_series_diverges():
     assert torch.isnan(diverging).all()
 
 
+def test_ns_handles_tiny_and_huge_right_hand_sides():
+    matrix = random_spd(3, 0, 0.5, 1.5)
+    for magnitude in (1e-200, 1e200):
+        b = magnitude * torch.tensor([1.0, -2.0, 0.5], dtype=DTYPE)
+        torch.testing.assert_close(ns(matrix, b, maxiter=200), torch.linalg.solve(matrix, b),
+                                   rtol=1e-9, atol=0)
+
+
 def test_ns_inv_approximates_the_inverse():
     matrices = {"a": random_spd(4, 0, 1.0, 5.0), "b": random_spd(2, 1, 0.5, 1.5)}
     inverses = ns_inv(matrices, maxiter=300, alpha=0.3)

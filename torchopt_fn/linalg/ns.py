@@ -12,7 +12,13 @@ from collections.abc import Callable
 import torch
 
 from torchopt_fn import pytree
-from torchopt_fn.linalg.utils import normalize_matvec, report_failure, tree_vdot
+from torchopt_fn.linalg.utils import (
+    normalize_matvec,
+    power_of_two_scale,
+    report_failure,
+    tree_scale,
+    tree_vdot,
+)
 from torchopt_fn.typing import TensorTree
 
 __all__ = ["ns", "ns_inv"]
@@ -53,14 +59,15 @@ def ns(
     maxiter = 10 if maxiter is None else maxiter
     step = 1.0 if alpha is None else alpha
     matvec = normalize_matvec(A)
-    term = total = b
-    previous_sq = last_sq = tree_vdot(b, b)
+    scale = power_of_two_scale(b)  # as in cg: keeps the squared norms of the terms finite
+    term = total = tree_scale(b, 1 / scale)
+    previous_sq = last_sq = tree_vdot(term, term)
     for _ in range(maxiter):
         previous_sq = last_sq
         term = pytree.tree_map(lambda v, av: v - step * av, term, matvec(term))
         total = pytree.tree_add(total, term)
         last_sq = tree_vdot(term, term)
-    total = pytree.tree_map(lambda t: step * t, total)
+    total = tree_scale(total, step * scale)
     if maxiter == 0:
         return total
     shrinking = (last_sq < previous_sq) | (previous_sq == 0)
