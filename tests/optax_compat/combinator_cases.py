@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import optax_compat as ox
 from optax_compat import testing
+from optax_compat.testing import strategies
 
 
 def jitted(tx: Any) -> Any:
@@ -45,23 +46,13 @@ INNER_CASES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
 """Two or more different inner transformations: every combinator is tested with each."""
 
 
-@st.composite
-def inner_transforms(draw: Any) -> ox.GradientTransformation:
-    """A random stateful or stateless inner transformation of this package."""
-    decay = draw(st.floats(0.1, 0.95))
-    factor = draw(st.floats(-2.0, 2.0))
-    kind = draw(st.sampled_from(["adam", "trace", "ema", "scale", "clip", "decay"]))
-    if kind == "adam":
-        return ox.scale_by_adam(b1=decay, nesterov=draw(st.booleans()))
-    if kind == "trace":
-        return ox.trace(decay, nesterov=draw(st.booleans()))
-    if kind == "ema":
-        return ox.ema(decay, debias=draw(st.booleans()))
-    if kind == "clip":
-        return ox.clip_by_global_norm(abs(factor) + 0.1)
-    if kind == "decay":
-        return ox.add_decayed_weights(decay)
-    return ox.scale(factor)
+def inner_transforms() -> st.SearchStrategy[Any]:
+    """Random inner transformations (single or chained) from ``optax_compat.testing``.
+
+    Each draw is a ``DrawnTransformation``: ``.transformation``, printed as the code that
+    builds it when a law fails.
+    """
+    return strategies.transforms(max_depth=1, max_length=2)
 
 
 def run(tx: ox.GradientTransformation, params: Any, grads: Sequence[Any]) -> list[Any]:

@@ -109,6 +109,7 @@ LAW_SETTINGS = settings(max_examples=20, deadline=None)
 @given(strategies.params_and_grads(steps=3), inner_transforms())
 def test_masked_with_all_true_is_the_transform(params_and_grads, t):
     params, grads = params_and_grads
+    t = t.transformation
     all_true = tree_math.tree_map(lambda _: True, params)
     assert_same_runs(ox.masked(t, all_true), t, params, grads, rtol=0, atol=0)
 
@@ -117,5 +118,6 @@ def test_masked_with_all_true_is_the_transform(params_and_grads, t):
 @given(strategies.params_and_grads(steps=3), inner_transforms())
 def test_masked_with_all_false_is_identity(params_and_grads, t):
     params, grads = params_and_grads
+    t = t.transformation
     all_false = tree_math.tree_map(lambda _: False, params)
     assert_same_runs(ox.masked(t, all_false), ox.identity(), params, grads, rtol=0, atol=0)
