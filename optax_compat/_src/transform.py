@@ -90,6 +90,19 @@ def _store(buffers: Leaves, values: Leaves, inplace: bool) -> Leaves:
     return values
 
 
+def _update_moment(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
+    """``(1 - decay) * value + decay * moment`` per leaf (Optax's ``tree.update_moment``).
+
+    With a moment of another dtype than the values (``mu_dtype``) each product is computed in
+    its operand's dtype, ``decay`` being first rounded to it, as JAX does with a weakly typed
+    Python ``decay``; the sum then promotes.
+    """
+    if tm.same_dtypes(moments, values):
+        return tm.ema(moments, values, decay)
+    weak_decay = torch.as_tensor(decay, dtype=torch.float64) if _is_number(decay) else decay
+    return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, tm.scalar_like(weak_decay, moments)))
+
+
 def _emit(gs: Leaves, scaled: Leaves, inplace: bool) -> Leaves:
     """The updates to return; with ``inplace`` they are written into the incoming tensors."""
     if inplace and scaled is not gs and tm.same_dtypes(gs, scaled):
@@ -320,7 +333,7 @@ def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Lea
             and not tm.is_recording(nus, gs)):
         moments = tm.mul_(nus, decay) if inplace else tm.mul(nus, decay)
         return tm.addcmul_(moments, gs, gs, 1 - decay)
-    return _store(nus, tm.ema(nus, tm.abs_sq(gs), decay), inplace)
+    return _store(nus, _update_moment(nus, tm.abs_sq(gs), decay), inplace)
 
 
 def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
@@ -438,8 +451,8 @@ def scale_by_stddev(
         gs, spec = tm.float_leaves(updates)
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        new_mus = tm.ema(mus, gs, decay)
-        new_nus = tm.ema(nus, tm.abs_sq(gs), decay)
+        new_mus = _update_moment(mus, gs, decay)
+        new_nus = _update_moment(nus, tm.abs_sq(gs), decay)
         mu_hats, nu_hats = new_mus, new_nus
         if bias_correction:
             count_inc = numerics.safe_increment(state.count)
@@ -551,8 +564,8 @@ def scale_by_adam(
             scaled, new_mus, new_nus = _lean_adam_step(gs, mus, nus, count_inc, b1, b2, eps,
                                                        eps_root, inplace)
         else:
-            moments = tm.ema(mus, gs, b1)
-            seconds = tm.ema(nus, tm.abs_sq(gs), b2)
+            moments = _update_moment(mus, gs, b1)
+            seconds = _update_moment(nus, tm.abs_sq(gs), b2)
             mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
             nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
             scaled = _adam_ratio(mu_hats, nu_hats, eps, eps_root)
@@ -613,8 +626,8 @@ def scale_by_amsgrad(
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
         maxima = _state_leaves(state.nu_max, spec, updates, "state.nu_max")
         count_inc = numerics.safe_increment(state.count)
-        moments = tm.ema(mus, gs, b1)
-        seconds = tm.ema(nus, tm.abs_sq(gs), b2)
+        moments = _update_moment(mus, gs, b1)
+        seconds = _update_moment(nus, tm.abs_sq(gs), b2)
         mu_hats = (_debias(moments, _bias_correction(b1, count_inc, moments))
                    if bias_correction_mu else moments)
         nu_effective = (_debias(seconds, _bias_correction(b2, count_inc, seconds))
@@ -654,7 +667,7 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
-        moments = tm.ema(mus, gs, b1)
+        moments = _update_moment(mus, gs, b1)
         maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
         scaled = tm.div(_debias(moments, _bias_correction(b1, count_inc, moments)), maxima)
         return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdamState(
@@ -721,13 +734,13 @@ def scale_by_lion(
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         fast = (_is_number(b1) and _is_number(b2) and tm.same_dtypes(mus, gs)
                 and not tm.is_recording(mus, gs))
-        mixed = tm.add_scaled(tm.mul(gs, 1.0 - b1), b1, mus)
+        mixed = _update_moment(mus, gs, b1)
         # ``mixed`` is a fresh buffer: the sign may overwrite it unless autograd needs it.
         scaled = direction(mixed, inplace=fast)
         if fast:
             new_mus = tm.lerp(mus, gs, 1 - b2, inplace=inplace)
         else:
-            new_mus = _store(mus, tm.cast(tm.ema(mus, gs, b2), mu_dtype), inplace)
+            new_mus = _store(mus, tm.cast(_update_moment(mus, gs, b2), mu_dtype), inplace)
         return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByLionState(
             count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus))
 
@@ -776,9 +789,9 @@ def scale_by_belief(
         gs, spec = tm.float_leaves(updates)
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        moments = tm.ema(mus, gs, b1)
+        moments = _update_moment(mus, gs, b1)
         errors = tm.sub(gs, moments)
-        seconds = tm.add(tm.ema(nus, tm.abs_sq(errors), b2), eps_root)
+        seconds = tm.add(_update_moment(nus, tm.abs_sq(errors), b2), eps_root)
         count_inc = numerics.safe_increment(state.count)
         mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
         nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
@@ -824,7 +837,7 @@ def scale_by_yogi(
         gs, spec = tm.float_leaves(updates)
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        moments = tm.ema(mus, gs, b1)
+        moments = _update_moment(mus, gs, b1)
         squares = tm.abs_sq(gs)
         steps = tm.mul(tm.sign(tm.sub(nus, squares)), 1 - b2)
         seconds = tm.sub(nus, tm.mul(steps, squares))
@@ -874,8 +887,8 @@ def scale_by_radam(
         gs, spec = tm.float_leaves(updates)
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        moments = tm.ema(mus, gs, b1)
-        seconds = tm.ema(nus, tm.abs_sq(gs), b2)
+        moments = _update_moment(mus, gs, b1)
+        seconds = _update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_increment(state.count)
         steps = count_inc.to(tm.widest_real_dtype(gs))
         b2t = b2 ** steps
@@ -925,10 +938,10 @@ def scale_by_adadelta(rho: Scalar = 0.9,
         gs, spec = tm.float_leaves(updates)
         e_gs = _state_leaves(state.e_g, spec, updates, "state.e_g")
         e_xs = _state_leaves(state.e_x, spec, updates, "state.e_x")
-        new_e_gs = tm.ema(e_gs, tm.square(gs), rho)
+        new_e_gs = _update_moment(e_gs, tm.square(gs), rho)
         ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
         scaled = tm.mul(ratios, gs)
-        new_e_xs = tm.ema(e_xs, tm.square(scaled), rho)
+        new_e_xs = _update_moment(e_xs, tm.square(scaled), rho)
         return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdaDeltaState(
             e_g=tm.unflatten(spec, _store(e_gs, new_e_gs, inplace)),
             e_x=tm.unflatten(spec, _store(e_xs, new_e_xs, inplace)))
@@ -984,7 +997,7 @@ def scale_by_novograd(
         first_step = count_inc == 1
         squared_norms = tm.square(tm.norms(gs))
         first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
-        new_nus = tm.where(first_step, first_nus, tm.ema(nus, squared_norms, b2))
+        new_nus = tm.where(first_step, first_nus, _update_moment(nus, squared_norms, b2))
         denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
         additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
         moments = tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions))
@@ -1041,9 +1054,9 @@ def scale_by_adan(
         ns = _state_leaves(state.n, spec, updates, "state.n")
         previous = _state_leaves(state.g, spec, updates, "state.g")
         differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
-        new_ms = tm.ema(ms, gs, b1)
-        new_vs = tm.ema(vs, differences, b2)
-        new_ns = tm.ema(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
+        new_ms = _update_moment(ms, gs, b1)
+        new_vs = _update_moment(vs, differences, b2)
+        new_ns = _update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
         t = numerics.safe_increment(state.t)
         m_hats = _debias(new_ms, _bias_correction(b1, t, new_ms))
         v_hats = _debias(new_vs, _bias_correction(b2, t, new_vs))
@@ -1345,7 +1358,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
                          for axis, c in enumerate(covers)]
             accumulators.append(_sm3_accumulator(g, broadcast, b2))
         scaled = tm.mul(gs, _where_positive_rsqrt(accumulators, eps))
-        new_nus = tm.ema(nus, scaled, b1)
+        new_nus = _update_moment(nus, scaled, b1)
         new_mu = tm.unflatten(spec, [_sm3_maxima(a) for a in accumulators])
         nu = tm.unflatten(spec, new_nus)
         return nu, ScaleBySM3State(mu=new_mu, nu=nu)
