@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from optax_compat._src import base, tree_math
 from optax_compat.testing import (
@@ -383,19 +384,46 @@ def tiny_tree_for(name):
     return tree if SPECS[name].scalar_leaves else {k: v for k, v in tree.items() if v.ndim}
 
 
-@pytest.mark.parametrize("name", transform_names(include_random=True,
-                                                 include_without_scalar_leaves=True))
+VALUE_ONLY = [name for name in transform_names(include_extra_args=True)
+              if SPECS[name].extra_args == ("value",)]
+
+
+@pytest.mark.parametrize("name", sorted({*transform_names(
+    include_random=True, include_without_scalar_leaves=True), *VALUE_ONLY}))
 @settings(max_examples=5, deadline=None)
 @given(data=st.data())
-def test_drawn_hyperparameters_build_working_transformations(name, data):
+def test_every_transformation_is_pure_and_keeps_its_state_on_random_trees(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
+    params, (grads,) = data.draw(params_and_grads(
+        steps=1, max_leaves=3, min_value=-3, max_value=3,
+        shapes=None if SPECS[name].scalar_leaves else hnp.array_shapes(min_dims=1, max_side=3)),
+        label="params, grads")
+    extra_args = {"value": torch.tensor(1.0)} if name in VALUE_ONLY else None
     tx = resolve(optax_compat, name)(**kwargs)
-    params = tiny_tree_for(name)
-    state = tx.init(params)
-    for _ in range(2):
-        updates, state = tx.update(tiny_tree_for(name), state, params)
-        params = optax_compat.apply_updates(params, updates)
-    assert all(bool(torch.isfinite(leaf).all()) for leaf in tree_math.leaves(params))
+    check_pure(tx, params, grads, extra_args=extra_args)
+    check_state_stable(tx, params, grads, steps=3, extra_args=extra_args)
+    state = tx.init(tiny_tree_for(name))
+    updates, _ = tx.update(tiny_tree_for(name), state, tiny_tree_for(name),
+                           **(extra_args or {}))
+    assert all(bool(torch.isfinite(leaf).all()) for leaf in tree_math.leaves(updates))
+
+
+SMOOTH = [name for name in ["sgd", "adam", "adamw", "nadam", "rmsprop", "adagrad", "adabelief",
+                            "yogi", "amsgrad", "trace", "ema", "scale_by_adam", "scale_by_rms"]
+          if hasattr(optax_compat, name)]
+
+
+@pytest.mark.parametrize("name", SMOOTH)
+def test_smooth_transformations_are_differentiable(name):
+    function = resolve(optax_compat, name)
+    params, grads = small_problem()
+    kwargs = {"decay": 0.9} if name in ("trace", "ema") else {}
+    takes_learning_rate = "learning_rate" in inspect.signature(function).parameters
+    check_differentiable(function(**kwargs, **({"learning_rate": 0.1} if takes_learning_rate
+                                               else {})), params, grads, steps=3)
+    if takes_learning_rate:
+        check_differentiable(lambda learning_rate: function(learning_rate=learning_rate),
+                             params, grads, steps=3, hyperparameter=0.1)
 
 
 @pytest.mark.parametrize("name", ["scale_by_adam", "trace", "scale_by_rms", "clip_by_global_norm"])
