@@ -320,7 +320,8 @@ class MultiSteps:
         # stays non-finite (0 * inf = nan); do the same.
         keep = torch.logical_not(emit)
         accumulated = tm.cast(tm.mul(accumulated, keep), self._accumulator_dtype)
-        emitted_updates = tm.tree_map(lambda u: u * emit, inner_updates)
+        inner_leaves, inner_spec = tm.flatten(inner_updates)
+        emitted_leaves = tm.mul(inner_leaves, emit)
         stepped = MultiStepsState(
             mini_step=torch.remainder(numerics.safe_increment(state.mini_step),
                                       k_steps).to(state.mini_step.dtype),
@@ -332,8 +333,8 @@ class MultiSteps:
             skip_state=skip_state)
         skipped = state._replace(skip_state=skip_state)
         return control_flow.select_tree(
-            should_skip, (tm.tree_map(torch.zeros_like, emitted_updates), skipped),
-            (emitted_updates, stepped))
+            should_skip, (tm.unflatten(inner_spec, tm.zeros_like(emitted_leaves)), skipped),
+            (tm.unflatten(inner_spec, emitted_leaves), stepped))
 
     def has_updated(self, state: MultiStepsState | base.ArrayTree) -> torch.Tensor:
         """Whether the last ``update`` emitted the wrapped optimizer's update."""
