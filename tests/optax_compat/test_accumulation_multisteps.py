@@ -147,5 +147,7 @@ def test_multi_steps_of_one_is_the_transform(params_and_grads, t):
     t = t.transformation
     params = tree_math.tree_map(lambda x: x.to(torch.float32), params)
     grads = [tree_math.tree_map(lambda x: x.to(torch.float32), g) for g in grads]
+    # Up to rounding: like Optax, MultiSteps casts the new inner state to the dtypes of the
+    # old one, which differ for inner states whose dtype changes at the first update.
     assert_same_runs(ox.MultiSteps(t, 1).gradient_transformation(), t, params, grads,
-                     rtol=0, atol=0)
+                     rtol=1e-6, atol=1e-7)
