@@ -158,6 +158,8 @@ def test_fusion_without_names_uses_plum_nodes() -> None:
     assert len(fused) == 2 * len(names)
     assert all(a["fillcolor"] == "plum" and "param" not in a["classes"] for a in fused.values())
     assert all(a["lines"][-1].endswith("autograd nodes]") for a in fused.values())
+    shapes = sorted(a["lines"][1] for a in fused.values())
+    assert shapes == sorted(["(8, 4)", "(8)", "(1, 8)", "(1)"] * 2)
 
 
 def test_node_shared_by_all_parameters_stays_visible() -> None:
@@ -172,6 +174,22 @@ def test_node_shared_by_all_parameters_stays_visible() -> None:
     assert len(fused) == 2 * len(names)
     assert all(reaches(edges, softplus, step) for step in fused)
     assert dot.unreached == []
+
+
+def test_step_tagged_inside_another_step_is_part_of_it() -> None:
+    # A meta-optimizer tags its new parameters; the optimizer inside tags its updates, from the
+    # same inputs. The inner tag must not split the outer step.
+    w = torch.randn(3, requires_grad=True)
+    old = w * 1.0
+    grad = old.exp()
+    updates = [grad.sqrt() * -0.1]
+    tag_optimizer_step(updates, ([old], [grad]), "adam step 1")
+    new = [old + updates[0]]
+    tag_optimizer_step(new, ([old], [grad]), "MetaAdam step 1")
+    dot = make_dot(new[0].sum())
+    (fused,) = nodes_of(dot, "fused").values()
+    assert fused["lines"] == ["MetaAdam step 1", "(3)", "[3 autograd nodes]"]
+    assert_well_formed(dot)
 
 
 def test_step_without_a_node_of_its_own_is_drawn_unfused() -> None:

@@ -61,31 +61,47 @@ def walk(roots: Iterable[Node]) -> list[Node]:
 
 
 def output_inputs(node: Node, output_nr: int) -> list[tuple[Node, int]]:
-    """The inputs ``(grad_fn, output_nr)`` that output ``output_nr`` of ``node`` depends on.
+    """The inputs ``(grad_fn, output_nr)`` that output ``output_nr`` of ``node`` depends on."""
+    return [node.next_functions[i] for i in input_indices(node, output_nr)
+            if node.next_functions[i][0] is not None]
 
-    A ``torch._foreach_*`` node computes output ``i`` from element ``i`` of each of its list
-    arguments, and lists its inputs argument by argument, so output ``i`` of an ``n``-output
-    node reads inputs ``i, n + i, 2n + i, ...``. Every other node is taken to mix all its inputs
-    into every output.
+
+def input_indices(node: Node, output_nr: int) -> range | list[int]:
+    """Which entries of ``node.next_functions`` output ``output_nr`` is computed from.
+
+    A ``torch._foreach_*`` op takes its list arguments first and its tensor scalars (one value
+    for every element) last, and autograd lists its inputs in that order. So output ``i`` of an
+    ``n``-output foreach node reads inputs ``i, n + i, ...`` of its ``k`` lists and all trailing
+    inputs after ``k * n``. Every other node is taken to mix all its inputs into every output.
     """
-    inputs = node.next_functions
     outputs = foreach_output_count(node)
-    if outputs:
-        inputs = inputs[output_nr::outputs]
-    return [(child, nr) for child, nr in inputs if child is not None]
+    inputs = len(node.next_functions)
+    if not outputs:
+        return range(inputs)
+    lists_end = inputs - inputs % outputs
+    return [*range(output_nr, lists_end, outputs), *range(lists_end, inputs)]
+
+
+def input_readers(node: Node, input_index: int) -> range | list[int]:
+    """Which outputs of ``node`` read input ``input_index`` (the inverse of ``input_indices``)."""
+    outputs = foreach_output_count(node)
+    inputs = len(node.next_functions)
+    if outputs and input_index < inputs - inputs % outputs:
+        return [input_index % outputs]
+    return range(max(outputs, 1))
+
+
+def output_shape(node: Node, output_nr: int) -> torch.Size:
+    """The shape of output ``output_nr`` of ``node``, as autograd recorded it."""
+    return torch.Size(node._input_metadata[output_nr].shape)
 
 
 def foreach_output_count(node: Node) -> int:
-    """For a multi-output foreach node whose inputs split evenly per output, the output count.
-
-    Returns 0 for every other node.
-    """
+    """For a ``torch._foreach_*`` node with several outputs, the output count; else 0."""
     if not node_name(node).startswith("Foreach"):
         return 0
     outputs = len(node._input_metadata)
-    if outputs > 1 and len(node.next_functions) % outputs == 0:
-        return outputs
-    return 0
+    return outputs if outputs > 1 and len(node.next_functions) >= outputs else 0
 
 
 def saved_values(node: Node) -> list[tuple[str, Any]]:

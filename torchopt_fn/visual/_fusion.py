@@ -16,7 +16,12 @@ import dataclasses
 from torch.autograd.graph import Node
 
 from torchopt_fn._graph_tags import optimizer_step_tag
-from torchopt_fn.visual._autograd import foreach_output_count, leaf_variable, output_inputs
+from torchopt_fn.visual._autograd import (
+    foreach_output_count,
+    input_readers,
+    leaf_variable,
+    output_inputs,
+)
 from torchopt_fn.visual._params import ParameterNames
 
 
@@ -42,41 +47,36 @@ _SHARED = object()
 
 
 class Fusion:
-    """The fused steps of a graph and which nodes they absorb."""
+    """The fused steps of a graph and which nodes they absorb.
+
+    Attributes:
+      steps: The steps drawn as nodes, one per tagged output.
+    """
 
     def __init__(self, nodes: list[Node], names: ParameterNames) -> None:
-        self.steps: list[FusedStep] = []
-        self._claims: dict[tuple[Node, int], object] = {}
-        self._absorbed: dict[Node, object] = {}
+        walks = []
         for node in nodes:
             tag = optimizer_step_tag(node)
-            if tag is None:
-                continue
-            for output_nr in sorted(tag.output_nrs):
+            for output_nr in sorted(tag.output_nrs) if tag is not None else ():
                 step = FusedStep(label=tag.label, node=node, output_nr=output_nr)
-                self.steps.append(step)
-                self._claim_step(step, tag.boundary, names)
-        self._absorb()
+                walks.append((step, _walk_step(step, tag.boundary, names)))
+        # A step tagged inside another one (an optimizer's update inside a meta-optimizer's
+        # step) is part of the outer step, which reached it.
+        nested = set()
+        for step, outputs in walks:
+            nested.update(outputs - {(step.node, step.output_nr)})
+        self._claims: dict[tuple[Node, int], object] = {}
+        candidates = []
+        for step, outputs in walks:
+            if (step.node, step.output_nr) not in nested:
+                candidates.append(step)
+                for output in outputs:
+                    if self._claims.setdefault(output, step) is not step:
+                        self._claims[output] = _SHARED
+        self._absorbed: dict[Node, object] = {}
+        self.steps = self._absorb(candidates)
 
-    def _claim_step(self, step: FusedStep, boundary: frozenset[Node],
-                    names: ParameterNames) -> None:
-        start = (step.node, step.output_nr)
-        visited = {start}
-        stack = [start]
-        while stack:
-            output = stack.pop()
-            claimant = self._claims.setdefault(output, step)
-            if claimant is not step:
-                self._claims[output] = _SHARED
-            for child in output_inputs(*output):
-                node = child[0]
-                if (child in visited or node in boundary or leaf_variable(node) is not None
-                        or child in names.by_output or optimizer_step_tag(node) is not None):
-                    continue
-                visited.add(child)
-                stack.append(child)
-
-    def _absorb(self) -> None:
+    def _absorb(self, candidates: list[FusedStep]) -> list[FusedStep]:
         claims_by_node: dict[Node, dict[int, object]] = {}
         for (node, output_nr), claimant in self._claims.items():
             claims_by_node.setdefault(node, {})[output_nr] = claimant
@@ -89,14 +89,14 @@ class Fusion:
                 owners[node] = claimants
         # A step whose own output node cannot be absorbed (a non-foreach node producing several
         # parameters) has no node to be drawn as; its nodes are drawn one by one instead.
-        drawn = {step for step in self.steps if step.node in owners}
-        self.steps = [step for step in self.steps if step in drawn]
+        drawn = [step for step in candidates if step.node in owners]
         for node, claimants in owners.items():
-            if not claimants <= drawn:
+            if not claimants <= set(drawn):
                 continue
             for claimant in claimants:
                 claimant.size += 1
             self._absorbed[node] = next(iter(claimants)) if len(claimants) == 1 else _SHARED
+        return drawn
 
     def output_owner(self, node: Node, output_nr: int) -> FusedStep | None:
         """The step that output ``output_nr`` of ``node`` is drawn inside, if any."""
@@ -105,13 +105,40 @@ class Fusion:
             return self._claims[(node, output_nr)]
         return owner
 
-    def input_owner(self, node: Node, input_index: int) -> FusedStep | None:
-        """The step that reads input ``input_index`` of ``node`` (``next_functions`` order)."""
+    def input_owners(self, node: Node, input_index: int) -> list[FusedStep] | None:
+        """The steps reading input ``input_index`` of ``node``; ``None`` if it is not absorbed."""
         owner = self._absorbed.get(node)
+        if owner is None:
+            return None
         if owner is _SHARED:
-            return self._claims[(node, input_index % foreach_output_count(node))]
-        return owner
+            return list(dict.fromkeys(self._claims[(node, output_nr)]
+                                      for output_nr in input_readers(node, input_index)))
+        return [owner]
 
     def is_absorbed(self, node: Node) -> bool:
         """Whether ``node`` is drawn inside fused steps rather than on its own."""
         return node in self._absorbed
+
+
+def _walk_step(step: FusedStep, boundary: frozenset[Node],
+               names: ParameterNames) -> set[tuple[Node, int]]:
+    """The outputs ``(node, output_nr)`` between a tagged output and the step's boundary.
+
+    The walk stops at the boundary, at leaves, at named tensors and at other steps' outputs,
+    except those of steps nested in this one: they started from the same boundary.
+    """
+    start = (step.node, step.output_nr)
+    visited = {start}
+    stack = [start]
+    while stack:
+        for child in output_inputs(*stack.pop()):
+            node = child[0]
+            if (child in visited or node in boundary or leaf_variable(node) is not None
+                    or child in names.by_output):
+                continue
+            tag = optimizer_step_tag(node)
+            if tag is not None and not tag.boundary <= boundary:
+                continue
+            visited.add(child)
+            stack.append(child)
+    return visited

@@ -16,6 +16,7 @@ from torchopt_fn.visual._autograd import (
     custom_saved_tensors,
     leaf_variable,
     node_name,
+    output_shape,
     saved_values,
     walk,
 )
@@ -159,9 +160,9 @@ class _GraphBuilder:
         step = self._fusion.output_owner(node, output_nr) if self._fusion else None
         return self._id(step) if step is not None else self._id(node)
 
-    def _input_reader_id(self, node: Node, input_index: int) -> str:
-        step = self._fusion.input_owner(node, input_index) if self._fusion else None
-        return self._id(step) if step is not None else self._id(node)
+    def _input_reader_ids(self, node: Node, input_index: int) -> list[str]:
+        steps = self._fusion.input_owners(node, input_index) if self._fusion else None
+        return [self._id(step) for step in steps] if steps is not None else [self._id(node)]
 
     # -- tensors -------------------------------------------------------------------------------
 
@@ -169,8 +170,8 @@ class _GraphBuilder:
         entry = (self.names.leaf_name(tensor) if tensor.grad_fn is None
                  else self.names.by_output.get((tensor.grad_fn, tensor.output_nr)))
         if entry is None:
-            return _DisplayNode([_shape(tensor)], (kind,))
-        return _DisplayNode([entry.name, _shape(tensor)], (kind,), (entry.name,))
+            return _DisplayNode([_shape(tensor.shape)], (kind,))
+        return _DisplayNode([entry.name, _shape(tensor.shape)], (kind,), (entry.name,))
 
     def add_outputs(self, outputs: list[torch.Tensor]) -> None:
         for tensor in outputs:
@@ -202,9 +203,10 @@ class _GraphBuilder:
             if fusion is None or not fusion.is_absorbed(node):
                 self._add_backward(node)
             for index, (child, output_nr) in enumerate(node.next_functions):
-                if child is not None:
-                    source = self._output_id(child, output_nr)
-                    target = self._input_reader_id(node, index)
+                if child is None:
+                    continue
+                source = self._output_id(child, output_nr)
+                for target in self._input_reader_ids(node, index):
                     if source != target:
                         self.edges.setdefault((source, target), {})
 
@@ -222,8 +224,10 @@ class _GraphBuilder:
         kinds: tuple[str, ...] = ("fused",)
         entry = self.names.by_output.get((step.node, step.output_nr))
         names: tuple[str, ...] = ()
-        if entry is not None:
-            lines += [entry.name, _shape(entry.tensor)]
+        if entry is None:
+            lines.append(_shape(output_shape(step.node, step.output_nr)))
+        else:
+            lines += [entry.name, _shape(entry.tensor.shape)]
             kinds = ("fused", "param")
             names = (entry.name,)
         lines.append(f"[{step.size} autograd nodes]")
@@ -237,7 +241,7 @@ class _GraphBuilder:
         if named:
             kinds = ("backward", "param")
             for entry in named:
-                lines += [entry.name, _shape(entry.tensor)]
+                lines += [entry.name, _shape(entry.tensor.shape)]
         saved = saved_values(node) if self.show_attrs or self.show_saved else []
         if self.show_attrs:
             lines += _attribute_table(saved, self.max_attr_chars, len(lines[0]))
@@ -266,7 +270,7 @@ class _GraphBuilder:
             if isinstance(tensor, Freed):
                 display = _DisplayNode([label, str(FREED)], ("freed",), owner=owner)
             else:
-                display = _DisplayNode([label, _shape(tensor)], ("saved",), owner=owner)
+                display = _DisplayNode([label, _shape(tensor.shape)], ("saved",), owner=owner)
             self.nodes[identifier] = display
             self.edges[(owner, identifier)] = {"dir": "none"}
 
@@ -279,7 +283,7 @@ class _GraphBuilder:
         for entry in unreached:
             lines = [entry.name]
             if entry.tensor is not None:
-                lines.append(_shape(entry.tensor))
+                lines.append(_shape(entry.tensor.shape))
                 if not entry.tensor.requires_grad:
                     lines.append("requires_grad=False")
             lines.append("no path to the output")
@@ -404,8 +408,8 @@ def _owned_module(identifier: str, inputs: dict[str, list[str]],
     return module
 
 
-def _shape(tensor: torch.Tensor) -> str:
-    return "(" + ", ".join(str(size) for size in tensor.shape) + ")"
+def _shape(shape: torch.Size) -> str:
+    return "(" + ", ".join(map(str, shape)) + ")"
 
 
 def _attribute_table(saved: list[tuple[str, Any]], max_chars: int, name_width: int) -> list[str]:
