@@ -54,6 +54,8 @@ class Spec:
         ``value_fn``); transformations needing them are left out of ``transforms()``.
       random: whether it draws random numbers (compare statistically, not bit for bit).
       scalar_leaves: whether it accepts 0-d leaves (SM3 needs at least one dimension).
+      per_example_grads: whether its updates are per-example gradients with a leading batch
+        dimension (differential privacy); left out of ``transforms()``.
     """
 
     required: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -61,6 +63,7 @@ class Spec:
     extra_args: tuple[str, ...] = ()
     random: bool = False
     scalar_leaves: bool = True
+    per_example_grads: bool = False
 
 
 def _adam_like(**more: Any) -> dict[str, Any]:
@@ -220,7 +223,8 @@ SPECS: dict[str, Spec] = {
                                       "weight_decay": WEIGHT_DECAY}),
     "contrib.prodigy": Spec({}, {"learning_rate": _between(0.1, 1.0), "eps": EPS,
                                  "estim_lr0": _between(1e-7, 1e-4),
-                                 "weight_decay": WEIGHT_DECAY}),
+                                 "estim_lr_coef": _between(0.5, 2.0),
+                                 "weight_decay": WEIGHT_DECAY, "safeguard_warmup": BOOL}),
     "contrib.dog": Spec({}, {"learning_rate": _between(0.1, 1.0), "eps": EPS,
                              "weight_decay": _optional(WEIGHT_DECAY)}),
     "contrib.dowg": Spec({}, {"learning_rate": _between(0.1, 1.0),
@@ -239,7 +243,8 @@ SPECS: dict[str, Spec] = {
                                    "weight_decay": WEIGHT_DECAY, "adapt_lower_bound": BOOL},
                               extra_args=("value",)),
     "contrib.muon": Spec(_LR, {"ns_steps": st.integers(1, 6), "beta": _between(0.5, 0.99),
-                               "eps": EPS, "nesterov": BOOL}),
+                               "eps": EPS, "weight_decay": WEIGHT_DECAY, "nesterov": BOOL,
+                               "adam_b1": DECAY, "adam_b2": SECOND_DECAY}),
     "contrib.scale_by_muon": Spec({}, {"ns_steps": st.integers(1, 6),
                                        "beta": _between(0.5, 0.99), "eps": EPS,
                                        "nesterov": BOOL}),
@@ -255,6 +260,25 @@ SPECS: dict[str, Spec] = {
                                              "warmup_steps": _optional(st.integers(1, 5)),
                                              "b1": DECAY, "b2": SECOND_DECAY, "eps": EPS,
                                              "weight_decay": WEIGHT_DECAY}),
+    "contrib.sophia": Spec(_LR, {"b1": DECAY, "b2": SECOND_DECAY, "eps": EPS,
+                                 "weight_decay": WEIGHT_DECAY, "gamma": _between(1e-3, 0.1),
+                                 "clip_threshold": _optional(_between(0.5, 2.0)),
+                                 "update_interval": st.integers(1, 3)},
+                           extra_args=("obj_fn",), random=True),
+    "contrib.hutchinson_estimator_diag_hessian": Spec({}, {"random_seed": SEED},
+                                                      extra_args=("obj_fn",), random=True),
+    "contrib.dpsgd": Spec({**_LR, "l2_norm_clip": POSITIVE,
+                           "noise_multiplier": _between(0.0, 1.0), "seed": SEED},
+                          {"momentum": MOMENTUM, "nesterov": BOOL}, random=True,
+                          per_example_grads=True),
+    "contrib.differentially_private_aggregate": Spec(
+        {"l2_norm_clip": POSITIVE, "noise_multiplier": _between(0.0, 1.0), "key": SEED},
+        random=True, per_example_grads=True),
+    "contrib.galore": Spec(_LR, {"rank": st.integers(1, 2), "update_proj_gap": st.integers(1, 5),
+                                 "scale": _between(0.5, 2.0), "weight_decay": WEIGHT_DECAY}),
+    "contrib.scale_by_galore": Spec({}, {"rank": st.integers(1, 2),
+                                         "update_proj_gap": st.integers(1, 5),
+                                         "scale": _between(0.5, 2.0)}),
     "contrib.schedule_free_sgd": Spec({}, {"learning_rate": _between(1e-3, 1.0),
                                            "warmup_steps": _optional(st.integers(1, 5)),
                                            "b1": DECAY,

@@ -172,13 +172,16 @@ def transform_names(include_random: bool = False, include_extra_args: bool = Fal
       include_extra_args: include those that need extra ``update`` arguments (``value``, ...).
       include_without_scalar_leaves: include those that reject 0-d leaves (SM3).
 
+    Transformations of per-example gradients (differential privacy) are never included.
+
     Returns:
       Sorted public names, simplest (``identity``) first.
     """
     names = [name for name, entry in SPECS.items()
              if (include_random or not entry.random)
              and (include_extra_args or not entry.extra_args)
-             and (include_without_scalar_leaves or entry.scalar_leaves) and _available(name)]
+             and (include_without_scalar_leaves or entry.scalar_leaves)
+             and not entry.per_example_grads and _available(name)]
     return sorted(names, key=lambda name: (name != "identity", name))
 
 

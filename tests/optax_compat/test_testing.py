@@ -4,18 +4,22 @@ Each property check is run on a correct hand-written momentum transform and on d
 wrong versions of it; a check must catch its own defect and pass on the correct transform.
 """
 
+import functools
+import inspect
 import subprocess
 import sys
 import unittest
 from typing import Any, NamedTuple
 
 import numpy as np
+import optax
 import pytest
 import torch
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import optax_compat
 from optax_compat._src import base, tree_math
 from optax_compat.testing import (
     assert_tree_structure_equal,
@@ -26,7 +30,19 @@ from optax_compat.testing import (
     check_pure,
     check_state_stable,
 )
-from optax_compat.testing.strategies import matching_trees, params_and_grads, pytrees, record_type
+from optax_compat.testing._hyperparameters import SPECS
+from optax_compat.testing.strategies import (
+    Config,
+    hyperparameters,
+    matching_trees,
+    params_and_grads,
+    pytrees,
+    record_type,
+    schedule_names,
+    schedules,
+    transform_names,
+    transforms,
+)
 
 SETTINGS = settings(max_examples=20, deadline=None)
 
@@ -331,22 +347,6 @@ def test_library_imports_without_hypothesis():
 # ----------------------------------------------------------------------------------------------
 # Configuration strategies: hyperparameters, schedules, transforms.
 
-import inspect  # noqa: E402
-
-import optax  # noqa: E402
-
-import optax_compat  # noqa: E402
-from optax_compat.testing._hyperparameters import SPECS  # noqa: E402
-from optax_compat.testing.strategies import (  # noqa: E402
-    Config,
-    hyperparameters,
-    schedule_names,
-    schedules,
-    transform_names,
-    transforms,
-)
-
-
 def resolve(module, name):
     for part in name.split("."):
         module = getattr(module, part)
@@ -365,11 +365,29 @@ def test_hyperparameter_names_follow_optax_signatures(name):
     assert set(entry.optional) <= set(parameters) - set(entry.required)
 
 
-def test_every_transformation_of_optax_compat_has_ranges():
-    documented = {name for name, obj in vars(optax_compat).items()
-                  if callable(obj) and (name.startswith(("scale_by_", "clip")) or name in {
-                      "adam", "adamw", "sgd", "rmsprop", "lion", "trace", "ema", "add_noise"})}
-    assert documented <= set(SPECS), sorted(documented - set(SPECS))
+# Optax modules defining gradient transformations (not combinators, wrappers or losses).
+TRANSFORM_MODULES = ("optax._src.alias", "optax._src.transform", "optax._src.factorized",
+                     "optax._src.linesearch", "optax.transforms._accumulation",
+                     "optax.transforms._adding", "optax.transforms._clipping",
+                     "optax.transforms._constraining")
+NOT_TRANSFORMS = {"skip_large_updates", "skip_not_finite", "per_example_global_norm_clip",
+                  "per_example_layer_norm_clip", "value_and_grad_from_state"}
+CONTRIB_WRAPPERS = {"mechanize", "sam", "schedule_free", "schedule_free_eval_params",
+                    "split_real_and_imaginary"}
+
+
+def test_every_optax_alias_and_transform_has_ranges():
+    expected = {"identity", "set_to_zero"}
+    for name in dir(optax):
+        obj = getattr(optax, name)
+        obj = obj.func if isinstance(obj, functools.partial) else obj  # nadam, nadamw
+        if inspect.isfunction(obj) and obj.__module__ in TRANSFORM_MODULES:
+            expected.add(name)
+    for name in dir(optax.contrib):
+        if inspect.isfunction(getattr(optax.contrib, name)) and not name.startswith("_"):
+            expected.add(f"contrib.{name}")
+    expected -= NOT_TRANSFORMS | {f"contrib.{name}" for name in CONTRIB_WRAPPERS}
+    assert expected == set(SPECS), (sorted(expected - set(SPECS)), sorted(set(SPECS) - expected))
 
 
 def tiny_tree():
