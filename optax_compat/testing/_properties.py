@@ -150,6 +150,7 @@ def check_differentiable(tx: base.GradientTransformation | Callable[[torch.Tenso
 
     Raises:
       AssertionError: with gradcheck's reason when the gradients disagree or do not exist.
+      ValueError: when differentiating w.r.t. params that have no leaves.
     """
     to_float64 = lambda tree: tree_math.tree_map(lambda x: x.detach().to(torch.float64), tree)
     param_leaves, spec = tree_math.flatten(to_float64(params))
@@ -172,6 +173,8 @@ def check_differentiable(tx: base.GradientTransformation | Callable[[torch.Tenso
         return total
 
     if hyperparameter is None:
+        if not param_leaves:
+            raise ValueError("check_differentiable needs params with at least one leaf.")
         inputs = [leaf.clone().requires_grad_() for leaf in param_leaves]
     else:
         inputs = [torch.as_tensor(hyperparameter, dtype=torch.float64).clone().requires_grad_()]

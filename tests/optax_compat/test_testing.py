@@ -498,3 +498,13 @@ def test_transforms_shrink_to_a_readable_chain():
     assert repr(shrunk) == "chain(identity())"
     assert find(transforms(names=["trace"]), lambda d: True).config == Config(
         "trace", kwargs={"decay": 0.0})
+
+
+def test_checks_on_degenerate_trees():
+    empty_dim = {"a": torch.zeros(0, 2, dtype=torch.float64), "b": None}
+    for params in ({}, empty_dim):
+        check_pure(trace(), params, params)
+        check_state_stable(trace(), params, params)
+    check_differentiable(trace(), empty_dim, empty_dim)
+    with pytest.raises(ValueError, match="at least one leaf"):
+        check_differentiable(trace(), {}, {})
