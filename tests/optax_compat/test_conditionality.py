@@ -1,5 +1,7 @@
 """apply_if_finite, conditionally_mask, conditionally_transform against real Optax."""
 
+import functools
+
 import optax
 import pytest
 import torch
@@ -127,3 +129,11 @@ def test_conditional_wrappers_do_not_read_tensors_on_the_host(no_host_sync):
         state = tx.init(params)
         for seed in range(3):
             _, state = tx.update(make_tree(seed=seed), state, params)
+
+
+def test_selecting_wrappers_compile_to_one_graph():
+    inner = ox.apply_if_finite(ox.chain(ox.scale_by_adam(), ox.scale(-0.1)), 2)
+    skip = functools.partial(ox.skip_large_updates, max_squared_norm=1e4)
+    tx = ox.MultiSteps(inner, 3, should_skip_update_fn=skip).gradient_transformation()
+    grads = _grads_with_non_finite(torch.float32, steps=2, bad_steps=[1])[1]
+    ox.testing.check_compilable(tx, make_tree(), grads, backend="eager")
