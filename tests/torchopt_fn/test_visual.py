@@ -415,6 +415,8 @@ def test_max_depth_collapses_the_rest() -> None:
     hidden = int(collapsed["lines"][0].split()[0])
     assert len(shallow_nodes) - 1 + hidden == len(full_nodes)
     assert len(nodes_of(shallow, "backward")) == 2  # the output's grad_fn and the next one
+    with pytest.raises(ValueError, match="max_depth"):
+        make_dot(outputs[0], max_depth=-1)
 
 
 # -- rendering support -------------------------------------------------------------------------

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch.autograd.graph import Node
 
 from optax_compat._src import tree_math
+from torchopt_fn.typing import TensorTree
 from torchopt_fn.visual._autograd import (
     FREED,
     Freed,
@@ -63,8 +65,8 @@ class _DisplayNode:
 
 
 def make_dot(
-    var: Any,
-    params: Any = None,
+    var: TensorTree,
+    params: Mapping[str, torch.Tensor] | Iterable[Any] | None = None,
     show_attrs: bool = False,
     show_saved: bool = False,
     max_attr_chars: int = 50,
@@ -79,7 +81,8 @@ def make_dot(
     fills) and named parameters light blue; saved tensors orange; the outputs green; the base of
     an output that is a view dark green, joined by a dotted edge. With ``fuse_optimizer`` the
     nodes of each differentiable optimizer step (tagged by ``torchopt_fn``'s meta-optimizers and
-    functional updates) become one plum node per parameter and step. Parameters in ``params``
+    functional updates) become one 3-D box per parameter and step, light blue when the new
+    parameter is named in ``params`` and plum otherwise. Parameters in ``params``
     that the outputs do not reach are drawn red in their own cluster and listed in
     ``.unreached``. Building the graph never runs Graphviz; rendering does.
 
@@ -102,7 +105,13 @@ def make_dot(
     Returns:
       A :class:`GradientGraph` (a :class:`graphviz.Digraph`) whose ``unreached`` lists the
       names of unreached parameters.
+
+    Raises:
+      TypeError: if ``var`` has a leaf that is not a tensor or ``params`` has an unknown form.
+      ValueError: if ``max_depth`` is negative.
     """
+    if max_depth is not None and max_depth < 0:
+        raise ValueError(f"make_dot: max_depth must be >= 0, got {max_depth}")
     outputs = _output_tensors(var)
     builder = _GraphBuilder(ParameterNames(params), show_attrs, show_saved, max_attr_chars)
     builder.add_outputs(outputs)
