@@ -90,8 +90,9 @@ class Fusion:
         # A step whose own output node cannot be absorbed (a non-foreach node producing several
         # parameters) has no node to be drawn as; its nodes are drawn one by one instead.
         drawn = [step for step in candidates if step.node in owners]
+        drawn_set = set(drawn)
         for node, claimants in owners.items():
-            if not claimants <= set(drawn):
+            if not claimants <= drawn_set:
                 continue
             for claimant in claimants:
                 claimant.size += 1

@@ -5,10 +5,10 @@ The forms are a mapping ``name -> tensor``, an iterable of ``(name, tensor)`` pa
 ``extract_state_dict(..., enable_visual=True)``, or a list or tuple mixing these.
 
 ``visual_contents`` is read as TorchOpt 0.7.3 writes it, ``{leaf_tensor: name}`` and
-``{grad_fn: (name, tensor)}`` for tensors produced by an optimizer step, and also as
-``{id(tensor): name}`` or ``{anything: (name, tensor)}``. Prefer a value with the tensor: a
-``torch._foreach_*`` update gives all new parameters one shared ``grad_fn``, so a dict keyed by
-``grad_fn`` can hold only one of them.
+``{grad_fn: (name, tensor)}`` for tensors produced by an optimizer step, as
+``torchopt_fn.extract_state_dict`` writes it (``(grad_fn, output_nr)`` keys, because a
+``torch._foreach_*`` update gives all new parameters one shared ``grad_fn``), and also as
+``{id(leaf_tensor): name}``. Any value ``(name, tensor)`` is read from the tensor itself.
 """
 
 from __future__ import annotations
