@@ -141,14 +141,14 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
                     _to_jax(grad), theirs_state, theirs_params, **_to_jax(step_kwargs))
                 ours_updates, ours_state = ours_tx.update(grad, ours_state, params, **step_kwargs)
                 assert_trees_all_close(ours_updates, theirs_updates, rtol, atol,
-                                       what=f"step {step} updates")
+                                       what=f"update {step + 1}: updates")
                 params = optax_compat.apply_updates(params, ours_updates)
                 theirs_params = optax.apply_updates(theirs_params, theirs_updates)
                 assert_trees_all_close(params, theirs_params, rtol, atol,
-                                       what=f"step {step} params")
-            when = "initial state" if step < 0 else f"step {step} state"
+                                       what=f"update {step + 1}: params")
+            when = "init: state" if step < 0 else f"update {step + 1}: state"
             if _state_classes(ours_state) != _state_classes(theirs_state):
-                raise AssertionError(f"The {when} has the NamedTuple types "
+                raise AssertionError(f"{when} has the NamedTuple types "
                                      f"{_state_classes(ours_state)}; Optax's has "
                                      f"{_state_classes(theirs_state)}.")
             ours_leaves, theirs_leaves = _without_keys(ours_state, theirs_state)

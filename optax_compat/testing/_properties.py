@@ -65,24 +65,25 @@ def check_pure(tx: base.GradientTransformation, params: Any, grads: GradsLike, s
       extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
 
     Raises:
-      AssertionError: naming the call, the input and the path that was modified.
+      AssertionError: naming the call (``init``, ``update 1``, ...), the input and the path
+        that was modified.
     """
     snapshot = _Snapshot(params, "params")
     state = tx.init(params)
     snapshot.assert_unchanged("init")
     for step in range(steps):
         grad, kwargs = grads_at(grads, step), extra_args_at(extra_args, step)
-        during = f"update at step {step}"
+        during = f"update {step + 1}"
         snapshots = [_Snapshot(grad, "updates"), _Snapshot(state, "state"),
                      _Snapshot(params, "params")]
         updates, new_state = tx.update(grad, state, params, **kwargs)
-        for snapshot in snapshots:
-            snapshot.assert_unchanged(during)
+        for taken in snapshots:
+            taken.assert_unchanged(during)
         again_updates, again_state = tx.update(grad, state, params, **kwargs)
         assert_trees_all_close(again_updates, updates, rtol=0.0, atol=0.0,
-                               what=f"updates of a repeated {during}")
+                               what=f"a repeated {during}: updates")
         assert_trees_all_close(again_state, new_state, rtol=0.0, atol=0.0,
-                               what=f"state of a repeated {during}")
+                               what=f"a repeated {during}: state")
         params, state = apply_updates(params, updates), new_state
 
 
@@ -104,14 +105,15 @@ def check_state_stable(tx: base.GradientTransformation, params: Any, grads: Grad
       extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
 
     Raises:
-      AssertionError: naming the step and the first state path that changed.
+      AssertionError: naming the update (counted from 1) and the first state path that
+        changed.
     """
     initial = state = tx.init(params)
     expected = leaves_with_paths(initial)
     for step in range(steps):
         params, _, state = train_step(tx, params, state, grads_at(grads, step),
                                       extra_args_at(extra_args, step))
-        where = f"The state after step {step + 1} differs from the initial state"
+        where = f"The state after update {step + 1} differs from the initial state"
         if tree_math.treespec(state) != tree_math.treespec(initial):
             raise AssertionError(f"{where}: {tree_math.first_difference(initial, state)}.")
         for (path, before), (_, after) in zip(expected, leaves_with_paths(state), strict=True):

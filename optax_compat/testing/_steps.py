@@ -8,7 +8,8 @@ from typing import Any
 from optax_compat._src import base
 from optax_compat._src.update import apply_updates
 
-# A gradient tree used at every step, or ``step -> gradient tree`` (trees are untyped).
+# A gradient tree used at every step, or ``step -> gradient tree`` with steps counted from 0
+# (trees are untyped).
 GradsLike = Any
 # Extra keyword arguments for ``update`` (``value=`` for reduce_on_plateau, ...), or
 # ``step -> arguments``.

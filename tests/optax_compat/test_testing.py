@@ -141,7 +141,7 @@ CAUGHT_BY = {
 }
 EXPECTED_REASON = {
     "pure": "modified updates",
-    "state_stable": "state after step 2",
+    "state_stable": "state after update 2",
     "differentiable": "not correctly differentiable",
     "differentiable_hyperparameter": "not correctly differentiable",
     "compilable": "torch.compile(fullgraph=True) of one step failed",
@@ -164,12 +164,12 @@ def test_each_check_catches_exactly_its_defect(check, defect):
 def test_failure_messages_name_the_step_and_path():
     params, grads = small_problem()
     with pytest.raises(AssertionError,
-                       match=r"update at step 0 modified updates\['b'\]\[0\] in place"):
+                       match=r"update 1 modified updates\['b'\]\[0\] in place"):
         check_pure(trace(defect="mutates"), params, grads)
     with pytest.raises(AssertionError,
-                       match=r"step 2 differs .*unexpected leaf at path \[2\]"):
+                       match=r"after update 2 differs .*unexpected leaf at path \[2\]"):
         check_state_stable(trace(defect="grows"), params, grads)
-    with pytest.raises(AssertionError, match=r"step 0 updates\['b'\]\[0\].*difference 0.001"):
+    with pytest.raises(AssertionError, match=r"update 1: updates\['b'\]\[0\].*difference 0.001"):
         check_matches_optax(lambda m, **kw: optax_trace(m, defect="off", **kw), {"decay": 0.9},
                             params, grads)
 
@@ -190,7 +190,7 @@ def test_check_pure_catches_container_mutation_and_hidden_state():
         calls.append(None)
         return tree_math.tree_map(lambda u: u * len(calls), updates), state
 
-    with pytest.raises(AssertionError, match="repeated update at step 0"):
+    with pytest.raises(AssertionError, match="repeated update 1: updates"):
         check_pure(base.GradientTransformation(base.init_empty_state, remembers_calls), params,
                    grads)
 
@@ -202,7 +202,7 @@ def test_check_state_stable_catches_a_dtype_change():
         return updates, TraceState(tree_math.tree_map(lambda t: t.float(), state.trace))
 
     tx = base.GradientTransformation(trace().init, promotes)
-    with pytest.raises(AssertionError, match=r"step 1 .* at \.trace\['b'\]\[0\]: \(\) "
+    with pytest.raises(AssertionError, match=r"after update 1 .* at \.trace\['b'\]\[0\]: \(\) "
                                              r"torch.float64 on cpu became \(\) torch.float32"):
         check_state_stable(tx, params, grads)
 
