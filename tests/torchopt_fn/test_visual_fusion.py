@@ -189,6 +189,8 @@ def test_step_tagged_inside_another_step_is_part_of_it() -> None:
     dot = make_dot(new[0].sum())
     (fused,) = nodes_of(dot, "fused").values()
     assert fused["lines"] == ["MetaAdam step 1", "(3)", "[3 autograd nodes]"]
+    assert fused["tooltip"] == "1 x AddBackward0, 1 x MulBackward0, 1 x SqrtBackward0"
+    assert 'title="1 x AddBackward0' in dot.pipe(format="svg").decode()
     assert_well_formed(dot)
 
 

@@ -11,6 +11,7 @@ parameters belongs to neither and is drawn on its own, so fusion never hides a r
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 from torch.autograd.graph import Node
@@ -20,6 +21,7 @@ from torchopt_fn.visual._autograd import (
     foreach_output_count,
     input_readers,
     leaf_variable,
+    node_name,
     output_inputs,
 )
 from torchopt_fn.visual._params import ParameterNames
@@ -33,13 +35,14 @@ class FusedStep:
       label: The tag's label, e.g. ``"MetaAdam step 1"``.
       node: The tagged ``grad_fn`` (of the new parameter).
       output_nr: Which output of ``node`` the new parameter is.
-      size: How many autograd nodes (or foreach node outputs) it stands for.
+      members: How many autograd nodes of each type it stands for (a foreach node shared by
+        several parameters counts for each of them).
     """
 
     label: str
     node: Node
     output_nr: int
-    size: int = 0
+    members: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
 # Marks an output claimed by more than one step; also marks a foreach node split per output.
@@ -95,7 +98,7 @@ class Fusion:
             if not claimants <= drawn_set:
                 continue
             for claimant in claimants:
-                claimant.size += 1
+                claimant.members[node_name(node)] += 1
             self._absorbed[node] = next(iter(claimants)) if len(claimants) == 1 else _SHARED
         return drawn
 

@@ -62,6 +62,7 @@ class _DisplayNode:
     param_names: tuple[str, ...] = ()
     module: str | None = None
     owner: str | None = None  # for a saved tensor, the node that saved it
+    tooltip: str | None = None
 
 
 def make_dot(
@@ -239,8 +240,9 @@ class _GraphBuilder:
             lines += [entry.name, _shape(entry.tensor.shape)]
             kinds = ("fused", "param")
             names = (entry.name,)
-        lines.append(f"[{step.size} autograd nodes]")
-        self.nodes[self._id(step)] = _DisplayNode(lines, kinds, names)
+        lines.append(f"[{step.members.total()} autograd nodes]")
+        tooltip = ", ".join(f"{count} x {name}" for name, count in sorted(step.members.items()))
+        self.nodes[self._id(step)] = _DisplayNode(lines, kinds, names, tooltip=tooltip)
 
     def _add_backward(self, node: Node) -> None:
         identifier = self._id(node)
@@ -368,6 +370,8 @@ class _GraphBuilder:
         style: dict[str, str] = {}
         for kind in display.kinds:  # a named backward or fused node takes the parameter's colour
             style.update(NODE_STYLES[kind])
+        if display.tooltip:
+            style["tooltip"] = display.tooltip
         dot.node(identifier, _label(display.lines), _attributes={"class": " ".join(display.kinds)},
                  **style)
 
