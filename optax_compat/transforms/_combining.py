@@ -127,6 +127,8 @@ def partition(
 
     def init_fn(params: base.Params) -> PartitionState:
         labels = labels_for(params)
+        tree_math.map_over_prefix(lambda label, subtree: label, labels, params,
+                                  what="param_labels")
         label_set = set(tree_math.leaves(labels))
         if not label_set.issubset(transforms.keys()):
             missing = sorted(map(str, label_set - transforms.keys()))

@@ -31,7 +31,7 @@ def _is_callable_mask(mask: MaskOrFn) -> bool:
     return len(callable_leaves) > 0 and all(callable_leaves)
 
 
-def mask_tree_for(mask: MaskOrFn, tree: base.PyTree) -> base.PyTree:
+def _mask_tree_for(mask: MaskOrFn, tree: base.PyTree) -> base.PyTree:
     """The boolean mask tree (a prefix of ``tree``), calling ``mask`` on ``tree`` if needed."""
     return mask(tree) if _is_callable_mask(mask) else mask
 
@@ -84,13 +84,13 @@ def masked(
         # find where the state holds params-shaped trees; pass it through unmasked.
         if isinstance(params, _state_utils._ParamsPlaceholder):
             return MaskedState(inner_state=inner.init(params))
-        mask_tree = mask_tree_for(mask, params)
+        mask_tree = _mask_tree_for(mask, params)
         return MaskedState(inner_state=inner.init(_mask_out(params, mask_tree)))
 
     def update_fn(updates: base.Updates, state: MaskedState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, MaskedState]:
-        mask_tree = mask_tree_for(mask, updates)
+        mask_tree = _mask_tree_for(mask, updates)
         masked_updates = _mask_out(updates, mask_tree)
         masked_params = None if params is None else _mask_out(params, mask_tree)
         new_masked_updates, new_inner_state = inner.update(

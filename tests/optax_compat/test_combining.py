@@ -87,7 +87,7 @@ def test_partition_names_the_label_without_transformation():
 
 def test_partition_label_tree_mismatch_names_the_path():
     labels = {"bias": "a", "layer": {"w": "a"}, "pair": "a", "empty": None}
-    with pytest.raises(ValueError, match=r"mask\['layer'\]"):
+    with pytest.raises(ValueError, match=r"param_labels\['layer'\]"):
         ox.partition({"a": ox.trace(0.9)}, labels).init(make_tree())
 
 
