@@ -221,7 +221,7 @@ def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformatio
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         # Optax casts the step size to each update's dtype before multiplying.
-        factor = tm.scalar_like(torch.as_tensor(step_size_fn(state.count)), gs)
+        factor = tm.scalar_like(step_size_fn(state.count), gs)
         scaled = tm.mul_(gs, factor) if inplace else tm.mul(gs, factor)
         return (tm.unflatten(spec, scaled),
                 ScaleByScheduleState(count=numerics.safe_increment(state.count)))
@@ -1452,7 +1452,7 @@ def scale_by_distance_over_gradients(
                             device=x.device) for x in xs]
         return ScaleByDistanceOverGradientsState(
             max_dist=tm.unflatten(spec, max_dist), grad_sum_of_squares=tm.unflatten(spec, sums),
-            init_params=tm.unflatten(spec, tm.cast(xs, param_dtype)))
+            init_params=tm.unflatten(spec, [x.to(param_dtype, copy=True) for x in xs]))
 
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)

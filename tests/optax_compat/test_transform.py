@@ -403,3 +403,17 @@ def test_counters_live_on_the_params_device():
     for tx in (T.scale_by_adam(), T.scale_by_schedule(lambda c: 1.0), T.apply_every(2)):
         counts = [x for x in optree.tree_leaves(tx.init(params)) if x.dtype == torch.int32]
         assert counts and all(c.device.type == "meta" for c in counts)
+
+
+def test_python_float_schedule_keeps_float64_precision():
+    tx = T.scale_by_schedule(lambda count: 0.1)
+    params = {"w": torch.ones(2, dtype=torch.float64)}
+    updates, _ = tx.update(params, tx.init(params))
+    assert updates["w"].tolist() == [0.1, 0.1]
+
+
+def test_distance_over_gradients_copies_the_initial_params():
+    params = {"w": torch.ones(3)}
+    state = T.scale_by_distance_over_gradients().init(params)
+    params["w"].add_(1.0)
+    assert torch.equal(state.init_params["w"], torch.ones(3))
