@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -252,15 +253,17 @@ class MultiSteps:
           TypeError: if ``every_k_schedule`` is neither an int nor callable.
         """
         self._opt = base.with_extra_args_support(opt)
-        if isinstance(every_k_schedule, bool) or not (
-                isinstance(every_k_schedule, int) or callable(every_k_schedule)):
+        is_int = (isinstance(every_k_schedule, numbers.Integral)
+                  and not isinstance(every_k_schedule, bool))
+        if not (is_int or callable(every_k_schedule)):
             raise TypeError("every_k_schedule must be an int or a function of the gradient "
                             f"step, got {every_k_schedule!r}.")
-        if isinstance(every_k_schedule, int):
+        if is_int:
             if every_k_schedule < 1:
                 raise ValueError(
                     f"every_k_schedule must be at least 1, got {every_k_schedule}.")
-            self._every_k_schedule = lambda step: every_k_schedule
+            every_k = int(every_k_schedule)
+            self._every_k_schedule = lambda step: every_k
         else:
             self._every_k_schedule = every_k_schedule
         self._use_grad_mean = use_grad_mean
