@@ -58,19 +58,20 @@ def tag_optimizer_step(outputs: Any, inputs: Any, label: str) -> None:
     """
     if not torch.is_grad_enabled():
         return
-    tagged = [t for t in tree_math.leaves(outputs)
+    tagged = [(t.grad_fn, t.output_nr) for t in tree_math.leaves(outputs)
               if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     if not tagged:
         return
-    boundary = frozenset(t.grad_fn for t in tree_math.leaves(inputs)
-                         if isinstance(t, torch.Tensor) and t.grad_fn is not None)
-    for tensor in tagged:
-        metadata = tensor.grad_fn.metadata
+    boundary = {t.grad_fn for t in tree_math.leaves(inputs) if isinstance(t, torch.Tensor)}
+    boundary.discard(None)
+    frozen_boundary = frozenset(boundary)
+    for grad_fn, output_nr in tagged:
+        metadata = grad_fn.metadata
         tag = metadata.get(OPTIMIZER_STEP_KEY)
         if tag is None or tag.label != label:
-            tag = OptimizerStepTag(label=label, output_nrs=set(), boundary=boundary)
+            tag = OptimizerStepTag(label=label, output_nrs=set(), boundary=frozen_boundary)
             metadata[OPTIMIZER_STEP_KEY] = tag
-        tag.output_nrs.add(tensor.output_nr)
+        tag.output_nrs.add(output_nr)
 
 
 def optimizer_step_tag(node: Node) -> OptimizerStepTag | None:
