@@ -14,9 +14,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import optax_compat
 from optax_compat.testing import strategies
+from tests import helpers
 from tests.helpers import compare_with_optax, make_tree
 
 ALIASES = (
@@ -57,8 +59,12 @@ class Case:
     label: str
     kwargs: Callable[[Any], dict] = lambda lib: {}
     extra_args: Callable[[int], dict] | None = None
-    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+    dtypes: tuple[torch.dtype, ...] = (torch.float64,)
     params: Callable[[torch.dtype], Any] | None = None
+    rtol: dict[torch.dtype, float] = dataclasses.field(default_factory=dict)
+
+
+BOTH = (torch.float32, torch.float64)
 
 
 def factorable_tree(dtype: torch.dtype) -> dict:
@@ -74,21 +80,30 @@ def decay_schedule(lib: Any) -> Any:
     return lib.exponential_decay(init_value=0.05, transition_steps=2, decay_rate=0.5)
 
 
+# RAdam's ``rho_t = rho_inf - 2 t b2^t / (1 - b2^t)`` cancels two numbers near 2000 to get one
+# near 5: a one-ulp difference in float32 ``b2 ** t`` between XLA and ATen moves the rectifier
+# by about 1%. float64 is compared at full precision.
+RADAM_FLOAT32_RTOL = {torch.float32: 2e-2}
+# A float32 moment of float64 params is compared at float32 precision.
+FLOAT32_MOMENT = {torch.float64: 1e-6}
+
+
 def polyak_value(step: int) -> dict:
     return {"value": torch.tensor(3.0 + step)}
 
 
 CASES = [
-    Case("adabelief", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("adabelief", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("adabelief", "nesterov_schedule",
          lambda lib: {"learning_rate": decay_schedule(lib), "nesterov": True}),
-    Case("adadelta", "default", lambda lib: {"learning_rate": 0.5}),
+    Case("adadelta", "default", lambda lib: {"learning_rate": 0.5}, dtypes=BOTH),
     Case("adadelta", "decay_mask_tree",
          lambda lib: {"learning_rate": 0.5, "weight_decay": 0.1,
                       "weight_decay_mask": MASK_TREE}),
     Case("adadelta", "decay_schedule_no_lr",
          lambda lib: {"weight_decay": decay_schedule(lib), "rho": 0.8, "eps": 1e-4}),
-    Case("adafactor", "default", lambda lib: {"learning_rate": 0.1}, params=factorable_tree),
+    Case("adafactor", "default", lambda lib: {"learning_rate": 0.1}, params=factorable_tree,
+         dtypes=BOTH),
     Case("adafactor", "small_factor_dim", lambda lib: {"min_dim_size_to_factor": 2},
          params=factorable_tree),
     Case("adafactor", "momentum_decay_mask_fn",
@@ -100,95 +115,102 @@ CASES = [
     Case("adafactor", "unfactored_unclipped",
          lambda lib: {"learning_rate": 0.1, "factored": False, "clipping_threshold": None,
                       "multiply_by_parameter_scale": False, "decay_rate": 0.5}),
-    Case("adagrad", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("adagrad", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("adagrad", "schedule", lambda lib: {"learning_rate": decay_schedule(lib),
                                             "initial_accumulator_value": 0.5, "eps": 1e-3}),
-    Case("adam", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("adam", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("adam", "nesterov_eps_root",
          lambda lib: {"learning_rate": 0.1, "nesterov": True, "eps_root": 1e-8}),
     Case("adam", "schedule", lambda lib: {"learning_rate": decay_schedule(lib), "b1": 0.5}),
     Case("adam", "mu_dtype",
          lambda lib: {"learning_rate": 0.1, "mu_dtype": dtype_of(lib, "float32")},
-         dtypes=(torch.float64,)),
-    Case("adamax", "default", lambda lib: {"learning_rate": 0.1}),
+         dtypes=(torch.float64,), rtol=FLOAT32_MOMENT),
+    Case("adamax", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
+    Case("adamaxw", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("adamaxw", "mask_tree", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1,
                                               "mask": MASK_TREE}),
-    Case("adamw", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("adamw", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("adamw", "mask_tree", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1,
                                             "mask": MASK_TREE}),
     Case("adamw", "mask_fn_decay_schedule",
          lambda lib: {"learning_rate": decay_schedule(lib), "mask": matrices_only,
                       "weight_decay": decay_schedule(lib), "nesterov": True}),
-    Case("adan", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("adan", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("adan", "decay_mask", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1,
                                             "mask": matrices_only, "eps_root": 0.0}),
-    Case("amsgrad", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("amsgrad", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("amsgrad", "no_bias_correction",
          lambda lib: {"learning_rate": 0.1, "bias_correction_mu": False,
                       "bias_correction_nu": False, "eps_root": 1e-6}),
-    Case("fromage", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("fromage", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("fromage", "schedule", lambda lib: {"learning_rate": decay_schedule(lib),
                                              "min_norm": 1e-3}),
-    Case("lamb", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("lamb", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("lamb", "decay_mask", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1,
                                             "mask": MASK_TREE}),
-    Case("lars", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("lars", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("lars", "masks_nesterov",
          lambda lib: {"learning_rate": decay_schedule(lib), "weight_decay": 0.1,
                       "weight_decay_mask": MASK_TREE, "trust_ratio_mask": matrices_only,
                       "nesterov": True, "eps": 1e-6}),
-    Case("lion", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("lion", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("lion", "mu_dtype_mask",
          lambda lib: {"learning_rate": 0.1, "mu_dtype": dtype_of(lib, "float32"),
                       "mask": matrices_only, "weight_decay": 0.1},
-         dtypes=(torch.float64,)),
-    Case("nadam", "default", lambda lib: {"learning_rate": 0.1}),
-    Case("nadamw", "default", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1}),
-    Case("novograd", "default", lambda lib: {"learning_rate": 0.1}),
+         dtypes=(torch.float64,), rtol=FLOAT32_MOMENT),
+    Case("nadam", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
+    Case("nadamw", "default", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1}, dtypes=BOTH),
+    Case("novograd", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("novograd", "decay", lambda lib: {"learning_rate": decay_schedule(lib),
                                            "weight_decay": 0.1}),
+    Case("optimistic_adam", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("optimistic_adam", "optimism", lambda lib: {"learning_rate": 0.1, "optimism": 0.05}),
-    Case("optimistic_adam_v2", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("optimistic_adam_v2", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("optimistic_adam_v2", "schedule",
          lambda lib: {"learning_rate": decay_schedule(lib), "alpha": 0.5, "beta": 2.0,
                       "nesterov": False}),
-    Case("optimistic_gradient_descent", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("optimistic_gradient_descent", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("optimistic_gradient_descent", "alpha_beta",
          lambda lib: {"learning_rate": 0.1, "alpha": 0.5, "beta": 2.0}),
-    Case("polyak_sgd", "default", extra_args=polyak_value),
+    Case("polyak_sgd", "default", extra_args=polyak_value, dtypes=BOTH),
     Case("polyak_sgd", "sps_plus",
          lambda lib: {"max_learning_rate": 0.3, "scaling": decay_schedule(lib), "f_min": 4.0,
                       "eps": 1e-3, "variant": "sps+"},
          extra_args=polyak_value),
-    Case("radam", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("radam", "default", lambda lib: {"learning_rate": 0.1}, rtol=RADAM_FLOAT32_RTOL,
+         dtypes=BOTH),
     Case("radam", "low_threshold_nesterov",
          lambda lib: {"learning_rate": 0.1, "threshold": 1.0, "nesterov": True}),
-    Case("rmsprop", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("rmsprop", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("rmsprop", "centered_momentum",
          lambda lib: {"learning_rate": 0.1, "centered": True, "momentum": 0.9,
                       "nesterov": True, "initial_scale": 0.1}),
     Case("rmsprop", "eps_outside_bias_correction",
          lambda lib: {"learning_rate": decay_schedule(lib), "eps_in_sqrt": False,
                       "bias_correction": True, "momentum": 0.5}),
-    Case("rprop", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("rprop", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("rprop", "bounds", lambda lib: {"learning_rate": 0.1, "eta_minus": 0.3,
                                          "eta_plus": 1.5, "min_step_size": 0.05,
                                          "max_step_size": 0.2}),
-    Case("sgd", "default", lambda lib: {"learning_rate": 0.1}),
+    Case("sgd", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("sgd", "nesterov_schedule",
          lambda lib: {"learning_rate": decay_schedule(lib), "momentum": 0.9, "nesterov": True}),
     Case("sgd", "accumulator_dtype",
          lambda lib: {"learning_rate": 0.1, "momentum": 0.9,
                       "accumulator_dtype": dtype_of(lib, "float32")},
-         dtypes=(torch.float64,)),
-    Case("sign_sgd", "default", lambda lib: {"learning_rate": 0.1}),
-    Case("signum", "default", lambda lib: {"learning_rate": 0.1}),
+         dtypes=(torch.float64,), rtol=FLOAT32_MOMENT),
+    Case("sign_sgd", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
+    Case("signum", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("signum", "accumulator_dtype",
          lambda lib: {"learning_rate": 0.1, "beta": 0.5,
                       "accumulator_dtype": dtype_of(lib, "float32")},
-         dtypes=(torch.float64,)),
-    Case("sm3", "default", lambda lib: {"learning_rate": 0.1}),
-    Case("yogi", "default", lambda lib: {"learning_rate": 0.1}),
+         dtypes=(torch.float64,), rtol=FLOAT32_MOMENT),
+    # SM3 needs params of rank >= 1 (Optax fails on 0-d leaves too).
+    Case("sm3", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH,
+         params=lambda dtype: {k: v for k, v in factorable_tree(dtype).items() if k != "s"}),
+    Case("sm3", "momentum", lambda lib: {"learning_rate": 0.1, "momentum": 0.5},
+         params=lambda dtype: {k: v for k, v in factorable_tree(dtype).items() if k != "s"}),
+    Case("yogi", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("yogi", "eps", lambda lib: {"learning_rate": 0.1, "b1": 0.5, "eps": 1e-2}),
 ]
 
@@ -197,9 +219,11 @@ ORACLE_PARAMS = [pytest.param(case, dtype, id=f"{case.name}-{case.label}-{str(dt
 
 
 @pytest.mark.parametrize(("case", "dtype"), ORACLE_PARAMS)
-def test_matches_optax(case: Case, dtype: torch.dtype) -> None:
+def test_matches_optax(case: Case, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     import optax
 
+    for loosened_dtype, rtol in case.rtol.items():
+        monkeypatch.setitem(helpers.RTOL, loosened_dtype, rtol)
     params = case.params(dtype) if case.params else make_tree(dtype)
     grads = [make_tree(dtype, seed=step + 1) for step in range(6)]
     if case.params:
@@ -392,11 +416,13 @@ def _signature(state: Any) -> tuple[Any, list[tuple]]:
 
 @pytest.mark.parametrize("name", ALIASES)
 @settings(max_examples=15, deadline=None)
-@given(data=st.data(), trees=strategies.params_and_grads(
-    steps=3, min_value=-3.0, max_value=3.0, dtypes=(torch.float32, torch.float64)))
-def test_state_stable_and_inputs_untouched(name: str, data: st.DataObject,
-                                           trees: tuple[Any, list[Any]]) -> None:
-    params, grads = trees
+@given(data=st.data())
+def test_state_stable_and_inputs_untouched(name: str, data: st.DataObject) -> None:
+    # SM3 keeps one accumulator per axis and rejects 0-d params (as Optax fails on them).
+    shapes = hnp.array_shapes(min_dims=1 if name == "sm3" else 0, max_dims=2, max_side=3)
+    params, grads = data.draw(strategies.params_and_grads(
+        steps=3, min_value=-3.0, max_value=3.0, dtypes=(torch.float32, torch.float64),
+        shapes=shapes))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         tx = PROPERTY_BUILDERS[name](data.draw)

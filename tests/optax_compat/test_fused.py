@@ -12,8 +12,10 @@ import optax_compat
 from optax_compat._src import fused
 from tests.helpers import assert_close, make_tree
 
-# The fused kernel orders its floating-point operations differently from the pure alias.
+# The kernel computes the bias corrections in float64 where the pure alias (like Optax) uses
+# float32; ``1 - 0.999 ** t`` then differs by up to ~1e-5 relative in float32 (see fused.py).
 RTOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+ATOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
 def clone(tree: Any) -> Any:
@@ -69,8 +71,10 @@ def test_same_numbers_as_pure_alias(case: str, dtype: torch.dtype) -> None:
         assert all(a is b for a, b in zip(
             leaves_before, optree.tree_leaves(fused_params, none_is_leaf=False), strict=True))
         assert_close(grads, grads_copy, dtype, rtol=0, atol=0, what="grads must be untouched")
-        assert_close(fused_params, pure_params, dtype, rtol=RTOL[dtype], what=f"params {step}")
-        assert_close(fused_state, pure_state, dtype, rtol=RTOL[dtype], what=f"state {step}")
+        assert_close(fused_params, pure_params, dtype, rtol=RTOL[dtype], atol=ATOL[dtype],
+                     what=f"params {step}")
+        assert_close(fused_state, pure_state, dtype, rtol=RTOL[dtype], atol=ATOL[dtype],
+                     what=f"state {step}")
 
 
 @pytest.mark.parametrize("kwargs", [{"nesterov": True}, {"eps_root": 1e-8},
