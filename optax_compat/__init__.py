@@ -134,6 +134,41 @@ from optax_compat.transforms import (
     zero_nans,
 )
 
+# isort: split
+from optax_compat._src.alias import (
+    MaskOrFn,
+    adabelief,
+    adadelta,
+    adafactor,
+    adagrad,
+    adam,
+    adamax,
+    adamaxw,
+    adamw,
+    adan,
+    amsgrad,
+    fromage,
+    lamb,
+    lars,
+    lion,
+    nadam,
+    nadamw,
+    noisy_sgd,
+    novograd,
+    optimistic_adam,
+    optimistic_adam_v2,
+    optimistic_gradient_descent,
+    polyak_sgd,
+    radam,
+    rmsprop,
+    rprop,
+    sgd,
+    sign_sgd,
+    signum,
+    sm3,
+    yogi,
+)
+
 # Combinators and wrappers (issue 4) -----------------------------------------------------------
 # isort: split
 from optax_compat._src.lookahead import LookaheadParams, LookaheadState, lookahead
