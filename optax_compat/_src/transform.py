@@ -42,6 +42,7 @@ Speed:
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Optional, Union
 
@@ -97,7 +98,7 @@ def _update_moment(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
     its operand's dtype, ``decay`` being first rounded to it, as JAX does with a weakly typed
     Python ``decay``; the sum then promotes.
     """
-    if tm.same_dtypes(moments, values):
+    if _same_dtypes(moments, values):
         return tm.ema(moments, values, decay)
     weak_decay = torch.as_tensor(decay, dtype=torch.float64) if _is_number(decay) else decay
     return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, tm.scalar_like(weak_decay, moments)))
@@ -105,9 +106,27 @@ def _update_moment(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
 
 def _emit(gs: Leaves, scaled: Leaves, inplace: bool) -> Leaves:
     """The updates to return; with ``inplace`` they are written into the incoming tensors."""
-    if inplace and scaled is not gs and tm.same_dtypes(gs, scaled):
+    if inplace and scaled is not gs and _same_dtypes(gs, scaled):
         return tm.copy_(gs, scaled)
     return scaled
+
+
+_dtype_of = operator.attrgetter("dtype")
+
+
+def _same_dtypes(xs: Leaves, ys: Leaves) -> bool:
+    """Whether the leaves have pairwise equal dtypes (one C-level pass per list)."""
+    return list(map(_dtype_of, xs)) == list(map(_dtype_of, ys))
+
+
+def _real_dtype(xs: Leaves) -> torch.dtype:
+    """The widest real floating dtype of the leaves, at least float32 (JAX's default float)."""
+    dtype = torch.float32
+    for leaf_dtype in set(map(_dtype_of, xs)):
+        real = leaf_dtype.to_real()
+        if real.is_floating_point:
+            dtype = torch.promote_types(dtype, real)
+    return dtype
 
 
 def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Tensor:
@@ -116,7 +135,7 @@ def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Te
     Optax evaluates it with JAX's default float (float32, or float64 under x64) before
     casting to each moment's dtype: a low-precision power would round to one.
     """
-    dtype = tm.widest_real_dtype(xs)
+    dtype = _real_dtype(xs)
     return 1 - decay ** count.to(dtype)
 
 
@@ -329,7 +348,7 @@ def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Lea
     fresh buffer (or on ``nus`` itself when in place: the same kernels, the same numbers);
     otherwise Optax's formula, out of place.
     """
-    if (_is_number(decay) and tm.same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
+    if (_is_number(decay) and _same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
             and not tm.is_recording(nus, gs)):
         moments = tm.mul_(nus, decay) if inplace else tm.mul(nus, decay)
         return tm.addcmul_(moments, gs, gs, 1 - decay)
@@ -344,7 +363,7 @@ def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
 
 def _scale_updates(scaling: Leaves, gs: Leaves, inplace: bool) -> Leaves:
     """``scaling * g``, written into the updates when in place (same kernel, same numbers)."""
-    if inplace and tm.same_dtypes(gs, scaling):
+    if inplace and _same_dtypes(gs, scaling):
         return tm.mul_(gs, scaling)
     return tm.mul(scaling, gs)
 
@@ -482,7 +501,7 @@ def _lean_adam_applies(gs: Leaves, mus: Leaves, nus: Leaves, hyperparameters: tu
     """Whether :func:`_lean_adam_step` computes this step: real leaves, moments of the
     updates' dtypes, numbers for hyperparameters and nothing for autograd to record."""
     return (not nesterov and all(_is_number(h) for h in hyperparameters)
-            and tm.same_dtypes(gs, mus) and tm.same_dtypes(gs, nus)
+            and _same_dtypes(gs, mus) and _same_dtypes(gs, nus)
             and not any(map(torch.is_complex, gs)) and not tm.is_recording(gs, mus, nus))
 
 
@@ -732,7 +751,7 @@ def scale_by_lion(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        fast = (_is_number(b1) and _is_number(b2) and tm.same_dtypes(mus, gs)
+        fast = (_is_number(b1) and _is_number(b2) and _same_dtypes(mus, gs)
                 and not tm.is_recording(mus, gs))
         mixed = _update_moment(mus, gs, b1)
         # ``mixed`` is a fresh buffer: the sign may overwrite it unless autograd needs it.
@@ -890,7 +909,7 @@ def scale_by_radam(
         moments = _update_moment(mus, gs, b1)
         seconds = _update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_increment(state.count)
-        steps = count_inc.to(tm.widest_real_dtype(gs))
+        steps = count_inc.to(_real_dtype(gs))
         b2t = b2 ** steps
         ro = ro_inf - 2 * steps * b2t / (1 - b2t)
         rectifier = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf

@@ -17,6 +17,7 @@ Conventions:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
@@ -371,8 +372,11 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
                     "or complex tensor is required.")
 
 
+_requires_grad_of = operator.attrgetter("requires_grad")
+
+
 def is_recording(*groups: Any) -> bool:
-    """Whether autograd records operations on ``groups`` (lists of leaves or scalars).
+    """Whether autograd records operations on ``groups`` (lists of tensors, or tensors).
 
     Fast paths that write into buffers they just allocated are only taken when this is False:
     in-place kernels would overwrite values that a backward pass needs.
@@ -383,8 +387,7 @@ def is_recording(*groups: Any) -> bool:
         if isinstance(group, torch.Tensor):
             if group.requires_grad:
                 return True
-        elif isinstance(group, (list, tuple)) and any(
-                isinstance(x, torch.Tensor) and x.requires_grad for x in group):
+        elif isinstance(group, (list, tuple)) and any(map(_requires_grad_of, group)):
             return True
     return False
 
@@ -398,10 +401,10 @@ def scalar_like(value: Scalar, xs: Leaves) -> ScalarOrLeaves:
     """
     if not isinstance(value, torch.Tensor) or not xs:
         return value
-    dtype = xs[0].dtype
-    if all(x.dtype == dtype for x in xs):
-        return value.to(dtype)
-    return [value.to(x.dtype) for x in xs]
+    dtypes = [x.dtype for x in xs]
+    if dtypes.count(dtypes[0]) == len(dtypes):
+        return value.to(dtypes[0])
+    return [value.to(dtype) for dtype in dtypes]
 
 
 def abs_sq(xs: Leaves) -> Leaves:
