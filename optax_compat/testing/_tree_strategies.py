@@ -37,9 +37,12 @@ def record_type(num_fields: int) -> type:
 
 
 def _value_elements(dtype: torch.dtype, min_value: float, max_value: float, allow_nan: bool,
-                    allow_infinity: bool, allow_subnormal: bool) -> st.SearchStrategy[float]:
+                    allow_infinity: bool, allow_subnormal: bool,
+                    min_magnitude: float) -> st.SearchStrategy[float]:
     width = _NUMPY_WIDTH[dtype]
     finite = st.floats(min_value, max_value, width=width, allow_subnormal=allow_subnormal)
+    if min_magnitude > 0:
+        finite = finite.map(lambda value: 0.0 if abs(value) < min_magnitude else value)
     specials = [np.nan] * allow_nan + [np.inf, -np.inf] * allow_infinity
     return st.one_of(finite, st.sampled_from(specials)) if specials else finite
 
@@ -47,6 +50,7 @@ def _value_elements(dtype: torch.dtype, min_value: float, max_value: float, allo
 def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
             min_value: float = -10.0, max_value: float = 10.0, allow_nan: bool = False,
             allow_infinity: bool = False, allow_subnormal: bool = False,
+            min_magnitude: float = 0.0,
             device: str | torch.device = "cpu") -> st.SearchStrategy[torch.Tensor]:
     """A strategy for tensors of one shape and dtype with values in ``[min_value, max_value]``.
 
@@ -58,6 +62,9 @@ def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
       allow_nan: also draw NaN.
       allow_infinity: also draw ``+inf`` and ``-inf``.
       allow_subnormal: also draw subnormal numbers.
+      min_magnitude: draw nonzero values smaller than this in magnitude as 0. Comparisons
+        with JAX want e.g. ``1e-6``: XLA on CPU flushes subnormal results (such as the
+        product of two tiny values) to zero, PyTorch keeps them.
       device: where the tensor is created.
 
     Returns:
@@ -66,7 +73,7 @@ def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
     if dtype not in _NUMPY_WIDTH:
         raise ValueError(f"Unsupported dtype {dtype}; use one of {sorted(map(str, _NUMPY_WIDTH))}.")
     elements = _value_elements(dtype, min_value, max_value, allow_nan, allow_infinity,
-                               allow_subnormal)
+                               allow_subnormal, min_magnitude)
     numpy_dtype = np.dtype(f"float{_NUMPY_WIDTH[dtype]}")
     arrays = hnp.arrays(numpy_dtype, tuple(shape), elements=elements)
     return arrays.map(lambda array: torch.from_numpy(array.copy()).to(device=device, dtype=dtype))
@@ -129,7 +136,8 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
             dtypes: Sequence[torch.dtype] = DEFAULT_DTYPES, mixed_dtypes: bool = False,
             min_value: float = -10.0, max_value: float = 10.0, allow_nan: bool = False,
             allow_infinity: bool = False, allow_subnormal: bool = False,
-            kinds: Sequence[str] = CONTAINER_KINDS, allow_none: bool = True,
+            min_magnitude: float = 0.0, kinds: Sequence[str] = CONTAINER_KINDS,
+            allow_none: bool = True,
             device: str | torch.device = "cpu") -> Any:
     """A strategy for nested dict/list/tuple/NamedTuple trees of tensors.
 
@@ -151,6 +159,8 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
       allow_nan: also draw NaN values.
       allow_infinity: also draw infinite values.
       allow_subnormal: also draw subnormal values.
+      min_magnitude: draw nonzero values smaller than this in magnitude as 0 (see
+        :func:`tensors`).
       kinds: container kinds among ``"dict"``, ``"list"``, ``"tuple"``, ``"namedtuple"``.
       allow_none: sometimes add a ``None`` child (an empty subtree, as in Optax).
       device: where leaves are created.
@@ -176,7 +186,7 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
         return draw(tensors(draw(shape_strategy), dtype, min_value=min_value,
                             max_value=max_value, allow_nan=allow_nan,
                             allow_infinity=allow_infinity, allow_subnormal=allow_subnormal,
-                            device=device))
+                            min_magnitude=min_magnitude, device=device))
 
     return _TreeBuilder(draw, leaf, list(kinds), allow_none, min_leaves, max_leaves).tree(
         max_depth)
@@ -185,7 +195,7 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
 @st.composite
 def matching_trees(draw: Any, tree: Any, *, min_value: float = -10.0, max_value: float = 10.0,
                    allow_nan: bool = False, allow_infinity: bool = False,
-                   allow_subnormal: bool = False) -> Any:
+                   allow_subnormal: bool = False, min_magnitude: float = 0.0) -> Any:
     """A strategy for trees with the structure, shapes, dtypes and devices of ``tree``.
 
     Typical use: gradients (or a second set of parameters) for drawn parameters.
@@ -197,6 +207,8 @@ def matching_trees(draw: Any, tree: Any, *, min_value: float = -10.0, max_value:
       allow_nan: also draw NaN values.
       allow_infinity: also draw infinite values.
       allow_subnormal: also draw subnormal values.
+      min_magnitude: draw nonzero values smaller than this in magnitude as 0 (see
+        :func:`tensors`).
 
     Returns:
       A hypothesis strategy of trees.
@@ -204,7 +216,8 @@ def matching_trees(draw: Any, tree: Any, *, min_value: float = -10.0, max_value:
     leaves, spec = tree_math.flatten(tree)
     drawn = [draw(tensors(leaf.shape, leaf.dtype, min_value=min_value, max_value=max_value,
                           allow_nan=allow_nan, allow_infinity=allow_infinity,
-                          allow_subnormal=allow_subnormal, device=leaf.device))
+                          allow_subnormal=allow_subnormal, min_magnitude=min_magnitude,
+                          device=leaf.device))
              for leaf in leaves]
     return tree_math.unflatten(spec, drawn)
 
@@ -223,7 +236,8 @@ def params_and_grads(draw: Any, steps: int = 1, **pytree_kwargs: Any) -> tuple[A
     """
     params = draw(pytrees(**pytree_kwargs))
     value_kwargs = {name: pytree_kwargs[name] for name in (
-        "min_value", "max_value", "allow_nan", "allow_infinity", "allow_subnormal")
+        "min_value", "max_value", "allow_nan", "allow_infinity", "allow_subnormal",
+        "min_magnitude")
         if name in pytree_kwargs}
     grads = [draw(matching_trees(params, **value_kwargs)) for _ in range(steps)]
     return params, grads

@@ -40,6 +40,7 @@ from optax_compat.testing.strategies import (
     record_type,
     schedule_names,
     schedules,
+    tensors,
     transform_names,
     transforms,
 )
@@ -316,6 +317,8 @@ def test_pytrees_opt_in_features_are_reachable():
          lambda t: {x.dtype for x in leaves(t)} == {torch.bfloat16, torch.float32})
     find(pytrees(), lambda t: any(x.ndim == 0 for x in leaves(t)))
     find(pytrees(), lambda t: isinstance(t, dict) and None in t.values())
+    tiny = find(tensors((3,), min_magnitude=1e-3), lambda x: bool((x != 0).all()))
+    assert bool((tiny.abs() >= 1e-3).all())
     find(pytrees(min_leaves=0), lambda t: not leaves(t))
 
 
@@ -484,7 +487,8 @@ def test_every_schedule_is_drawn():
 
 
 @settings(max_examples=8, deadline=None)
-@given(transforms(max_depth=2), params_and_grads(max_leaves=3, dtypes=[torch.float64]))
+@given(transforms(max_depth=2),
+       params_and_grads(max_leaves=3, dtypes=[torch.float64], min_magnitude=1e-6))
 def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
     _, config = drawn
     params, (grads,) = problem
