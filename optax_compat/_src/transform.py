@@ -35,8 +35,12 @@ Speed:
   writes, so the hot transforms allocate as few buffers as they can. :func:`scale_by_adam`,
   when nothing requires grad, hyperparameters are numbers, the moments have the updates'
   dtypes and ``nesterov`` is off, allocates only its two new moments and one direction buffer
-  (nothing but the direction with ``inplace=True``); otherwise it follows Optax's formula
-  operation for operation.
+  (nothing with ``inplace=True``); otherwise it follows Optax's formula operation for
+  operation.
+
+Not mirrored: the legacy aliases Optax keeps in its ``transform`` module (``trace``, ``ema``,
+``add_noise``, ``add_decayed_weights`` and their states); they live in
+:mod:`optax_compat.transforms`, which imports this module. L-BFGS is a separate module.
 """
 
 from __future__ import annotations

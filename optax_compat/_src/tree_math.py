@@ -29,7 +29,7 @@ Scalar = Union[float, int, torch.Tensor]
 ScalarOrLeaves = Union[Scalar, Sequence[torch.Tensor]]
 
 NONE_IS_LEAF = False
-NAMESPACE = ""
+NAMESPACE = "optax_compat"  # sees global registrations too, plus our private node types
 
 
 def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
@@ -460,13 +460,6 @@ def add_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x + y`` into each ``x``; the in-place twin of :func:`add`."""
     if xs:
         torch._foreach_add_(xs, _operand(ys, len(xs)))
-    return xs
-
-
-def div_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
-    """Writes ``x / y`` into each ``x``; the in-place twin of :func:`div`."""
-    if xs:
-        torch._foreach_div_(xs, _operand(ys, len(xs)))
     return xs
 
 
