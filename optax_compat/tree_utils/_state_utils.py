@@ -70,7 +70,15 @@ class Initable(Protocol):
 
 
 class _ParamsPlaceholder:
-    """Stands for the whole params tree when tracing where ``init`` puts params-shaped trees."""
+    """Stands for the whole params tree when tracing where ``init`` puts params-shaped trees.
+
+    It is a pytree node without children, so that ``init`` maps over it like over an empty
+    params tree and returns placeholders wherever it builds a params-shaped tree.
+    """
+
+
+optree.register_pytree_node(_ParamsPlaceholder, lambda _: ((), None, ()),
+                            lambda _, children: _ParamsPlaceholder(), namespace=tm.NAMESPACE)
 
 
 def _is_named_tuple(node: Any) -> bool:

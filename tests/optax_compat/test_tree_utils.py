@@ -241,3 +241,18 @@ def test_tree_map_params_maps_only_params_shaped_parts():
 def test_named_tuple_key():
     key = ox.tree_utils.NamedTupleKey("ScaleByAdamState", "mu")
     assert str(key) == "ScaleByAdamState.mu" and key.name == "mu"
+
+
+@pytest.mark.parametrize("factory", ["adam", "sgd"])
+def test_tree_map_params_on_real_optimizer_states_matches_optax(factory):
+    kwargs = dict(learning_rate=0.1, momentum=0.9) if factory == "sgd" else dict(learning_rate=0.1)
+    params = make_tree(torch.float64)
+    ours_tx = getattr(ox, factory)(**kwargs)
+    ours = ox.tree_utils.tree_map_params(ours_tx, lambda p: p + 1, ours_tx.init(params),
+                                         transform_non_params=lambda v: v * 0)
+    with jax_precision(torch.float64):
+        theirs_tx = getattr(optax, factory)(**kwargs)
+        theirs = optax.tree_utils.tree_map_params(
+            theirs_tx, lambda p: p + 1, theirs_tx.init(to_jax(params)),
+            transform_non_params=lambda v: v * 0)
+    assert_close(ours, theirs, torch.float64)
