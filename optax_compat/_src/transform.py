@@ -186,6 +186,13 @@ def _where_positive_rsqrt(xs: Leaves, eps: Scalar) -> Leaves:
             for x, r in zip(xs, roots)]
 
 
+def _sign(xs: Leaves, inplace: bool = False) -> Leaves:
+    """``jnp.sign`` per leaf: ``z / |z|`` for complex leaves; written into ``xs`` if in place."""
+    if any(map(torch.is_complex, xs)):
+        return [torch.sgn(x) for x in xs]
+    return tm.sign_(xs) if inplace else tm.sign(xs)
+
+
 def _with_extra_args(init_fn: Callable[..., Any],
                      update_fn: Callable[..., Any]) -> base.GradientTransformationExtraArgs:
     return base.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -286,7 +293,7 @@ def scale_by_sign() -> base.GradientTransformationExtraArgs:
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        return tm.unflatten(spec, tm.sign_(gs) if inplace else tm.sign(gs)), state
+        return tm.unflatten(spec, _emit(gs, _sign(gs, inplace), inplace)), state
 
     return _with_extra_args(base.init_empty_state, update_fn)
 
@@ -743,7 +750,7 @@ def scale_by_lion(
 
     def direction(xs: Leaves, inplace: bool) -> Leaves:
         if mode == "hard":
-            return tm.sign_(xs) if inplace else tm.sign(xs)
+            return _sign(xs, inplace)
         if mode == "smooth":
             return list(torch._foreach_tanh(tm.mul(xs, smooth_beta)))
         return [torch.where(x.abs() < 1.0, x, x.sign()) for x in xs]
@@ -862,7 +869,7 @@ def scale_by_yogi(
         nus = _state_leaves(state.nu, spec, updates, "state.nu")
         moments = _update_moment(mus, gs, b1)
         squares = tm.abs_sq(gs)
-        steps = tm.mul(tm.sign(tm.sub(nus, squares)), 1 - b2)
+        steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
         seconds = tm.sub(nus, tm.mul(steps, squares))
         count_inc = numerics.safe_increment(state.count)
         mu_hats = _debias(moments, _bias_correction(b1, count_inc, moments))

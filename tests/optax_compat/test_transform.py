@@ -417,3 +417,18 @@ def test_distance_over_gradients_copies_the_initial_params():
     state = T.scale_by_distance_over_gradients().init(params)
     params["w"].add_(1.0)
     assert torch.equal(state.init_params["w"], torch.ones(3))
+
+
+def _complex_tree(seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return {"w": torch.randn(3, 2, dtype=torch.complex64, generator=generator),
+            "b": torch.randn(2, dtype=torch.complex64, generator=generator)}
+
+
+@pytest.mark.parametrize("name", ["scale_by_adam", "scale_by_rms", "scale_by_yogi",
+                                  "scale_by_stddev", "scale_by_belief", "scale_by_adan",
+                                  "scale_by_trust_ratio", "scale_by_sign"])
+def test_complex_updates_match_optax(name):
+    compare_with_optax(getattr(T, name)(), lambda: jit_optax(getattr(optax, name)()),
+                       torch.float32, steps=4, params=_complex_tree(0),
+                       grads=[_complex_tree(i + 1) for i in range(4)])
