@@ -764,8 +764,9 @@ def scale_by_lion(
         mus = _state_leaves(state.mu, spec, updates, "state.mu")
         fast = (_is_number(b1) and _is_number(b2) and _same_dtypes(mus, gs)
                 and not tm.is_recording(mus, gs))
-        mixed = _update_moment(mus, gs, b1)
-        # ``mixed`` is a fresh buffer: the sign may overwrite it unless autograd needs it.
+        # One-pass interpolations (``lerp``) when nothing is differentiated; ``mixed`` is a
+        # fresh buffer that the sign may then overwrite.
+        mixed = tm.lerp(mus, gs, 1 - b1) if fast else _update_moment(mus, gs, b1)
         scaled = direction(mixed, inplace=fast)
         if fast:
             new_mus = tm.lerp(mus, gs, 1 - b2, inplace=inplace)
