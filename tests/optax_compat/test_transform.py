@@ -444,3 +444,22 @@ def test_complex_updates_match_optax(name):
     compare_with_optax(getattr(T, name)(), lambda: jit_optax(getattr(optax, name)()),
                        torch.float32, steps=4, params=_complex_tree(0),
                        grads=[_complex_tree(i + 1) for i in range(4)])
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_backward_through_two_updates(case):
+    name, args, kwargs, _ = case
+    tx = getattr(T, name)(*args, **kwargs)
+    params = optree.tree_map(lambda p: p.requires_grad_(), make_tree(torch.float64),
+                             none_is_leaf=False)
+    state = tx.init(params)
+    total = 0.0
+    for seed in (1, 2):
+        grads = optree.tree_map(lambda p, s=seed: p * (1.0 + s) + 0.5, params,
+                                none_is_leaf=False)
+        updates, state = tx.update(grads, state, params)
+        total = total + sum((u * u).sum() for u in optree.tree_leaves(updates))
+    leaves = optree.tree_leaves(params)
+    derivatives = torch.autograd.grad(total, leaves, allow_unused=True)
+    assert any(d is not None for d in derivatives)
+    assert all(torch.isfinite(d).all() for d in derivatives if d is not None)
