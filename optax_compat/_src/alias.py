@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from optax_compat._src import base, factorized, transform
+from optax_compat._src import adam_kernel, base, factorized, transform
 from optax_compat.transforms import _accumulation, _adding, _clipping, _combining, _masking
 
 Scalar = float | torch.Tensor
@@ -202,11 +202,16 @@ def adam(
       Dozat, `Incorporating Nesterov Momentum into Adam
       <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
     """
-    return _combining.chain(
+    steps = _combining.chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
                                 nesterov=nesterov),
         transform.scale_by_learning_rate(learning_rate),
     )
+    if learning_rate is not None and adam_kernel.applies(b1, b2, eps, eps_root, mu_dtype,
+                                                         nesterov):
+        # Same state and numbers, one pass over memory per step when the inputs allow it.
+        return adam_kernel.with_kernel_step(steps, learning_rate, b1, b2, eps)
+    return steps
 
 
 nadam = functools.partial(adam, nesterov=True)
