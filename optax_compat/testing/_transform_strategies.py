@@ -93,7 +93,9 @@ def schedules(draw: Any, names: Sequence[str] | None = None, min_value: float = 
 
     Returns:
       A strategy of callables ``count -> value`` with a ``config`` attribute that also builds
-      the same schedule in real Optax (``schedule.config.build(optax)``).
+      the same schedule in real Optax (``schedule.config.build(optax)``). At an int32 count,
+      as optimizer states hold, values are computed in float32 (as JAX does), so compare
+      them with Optax's at float32 precision.
     """
     configs = _schedule_configs(min_value, max_value)
     chosen = list(names) if names is not None else schedule_names()

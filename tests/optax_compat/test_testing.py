@@ -452,7 +452,9 @@ def test_smooth_transformations_are_differentiable(name):
 @given(data=st.data())
 def test_drawn_hyperparameters_match_optax(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
-    check_matches_optax(name, kwargs, tiny_tree(), lambda step: tiny_tree(), steps=2)
+    tolerance = {"rtol": 1e-6, "atol": 1e-7} if "schedule" in repr(kwargs) else {}
+    check_matches_optax(name, kwargs, tiny_tree(), lambda step: tiny_tree(), steps=2,
+                        **tolerance)
 
 
 def test_unknown_hyperparameter_name_fails_clearly():
@@ -494,7 +496,9 @@ def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
     params, (grads,) = problem
     rebuilt = eval(repr(config), {**vars(optax_compat), "torch": torch})
     assert isinstance(rebuilt, base.GradientTransformation) and repr(drawn) == repr(config)
-    check_matches_optax(config.build, {}, params, grads, steps=2)
+    # A schedule evaluated at an int32 count (as states hold) runs in float32 in JAX and here.
+    tolerance = {"rtol": 1e-6, "atol": 1e-7} if "schedule" in repr(config) else {}
+    check_matches_optax(config.build, {}, params, grads, steps=2, **tolerance)
 
 
 def test_transforms_shrink_to_a_readable_chain():
