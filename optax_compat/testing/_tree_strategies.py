@@ -36,11 +36,22 @@ def record_type(num_fields: int) -> type:
     return collections.namedtuple(f"Record{num_fields}", fields, module=__name__)
 
 
+def _representable_inside(low: float, high: float, dtype: np.dtype) -> tuple[float, float]:
+    """The bounds rounded inwards to values of ``dtype`` (hypothesis wants them exact)."""
+    low_rounded, high_rounded = dtype.type(low), dtype.type(high)
+    if low_rounded < low:
+        low_rounded = np.nextafter(low_rounded, dtype.type(np.inf))
+    if high_rounded > high:
+        high_rounded = np.nextafter(high_rounded, dtype.type(-np.inf))
+    return float(low_rounded), float(high_rounded)
+
+
 def _value_elements(dtype: torch.dtype, min_value: float, max_value: float, allow_nan: bool,
                     allow_infinity: bool, allow_subnormal: bool,
                     min_magnitude: float) -> st.SearchStrategy[float]:
     width = _NUMPY_WIDTH[dtype]
-    finite = st.floats(min_value, max_value, width=width, allow_subnormal=allow_subnormal)
+    low, high = _representable_inside(min_value, max_value, np.dtype(f"float{width}"))
+    finite = st.floats(low, high, width=width, allow_subnormal=allow_subnormal)
     if min_magnitude > 0:
         finite = finite.map(lambda value: 0.0 if abs(value) < min_magnitude else value)
     specials = [np.nan] * allow_nan + [np.inf, -np.inf] * allow_infinity

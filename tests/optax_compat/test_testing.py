@@ -317,6 +317,8 @@ def test_pytrees_opt_in_features_are_reachable():
          lambda t: {x.dtype for x in leaves(t)} == {torch.bfloat16, torch.float32})
     find(pytrees(), lambda t: any(x.ndim == 0 for x in leaves(t)))
     find(pytrees(), lambda t: isinstance(t, dict) and None in t.values())
+    bounded = find(tensors((2,), torch.float16, min_value=0.1, max_value=0.3), lambda x: True)
+    assert bool((bounded >= 0.1).all()) and bool((bounded <= 0.3).all())
     tiny = find(tensors((3,), min_magnitude=1e-3), lambda x: bool((x != 0).all()))
     assert bool((tiny.abs() >= 1e-3).all())
     find(pytrees(min_leaves=0), lambda t: not leaves(t))
