@@ -218,6 +218,11 @@ def test_check_matches_optax_by_name_and_in_float32():
     # optax_compat.identity exists from the foundation; a name resolves in both modules.
     check_matches_optax("identity", {}, params, grads, steps=2)
     check_matches_optax(optax_trace, {"decay": 0.5}, params, lambda step: grads, steps=2)
+    # Extra update arguments, a tensor hyperparameter and a dtype reach both worlds.
+    check_matches_optax("scale_by_polyak", {"f_min": torch.tensor(-1.0)}, params, grads,
+                        extra_args=lambda step: {"value": torch.tensor(2.0 + step)})
+    check_matches_optax("trace", {"decay": 0.9, "accumulator_dtype": torch.float32}, params,
+                        grads)
 
 
 def test_check_matches_optax_skips_without_optax(monkeypatch):
