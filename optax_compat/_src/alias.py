@@ -258,12 +258,16 @@ def adamw(
       Loshchilov et al, `Decoupled Weight Decay Regularization
       <https://arxiv.org/abs/1711.05101>`_, 2019.
     """
-    return _combining.chain(
+    steps = _combining.chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
                                 nesterov=nesterov),
         _adding.add_decayed_weights(weight_decay, mask),
         transform.scale_by_learning_rate(learning_rate),
     )
+    if learning_rate is not None and adam_kernel.applies(b1, b2, eps, eps_root, mu_dtype,
+                                                         nesterov, weight_decay, mask):
+        return adam_kernel.with_kernel_step(steps, learning_rate, b1, b2, eps, weight_decay)
+    return steps
 
 
 nadamw = functools.partial(adamw, nesterov=True)

@@ -18,9 +18,10 @@ def leaves(tree: Any) -> list[torch.Tensor]:
     return optree.tree_leaves(tree, none_is_leaf=False)
 
 
-def plain_chain(learning_rate: Any, **kwargs: Any) -> Any:
-    """``adam`` evaluated transform by transform."""
-    return chain(optax_compat.scale_by_adam(**kwargs),
+def plain_chain(learning_rate: Any, weight_decay: float | None = None, **kwargs: Any) -> Any:
+    """``adam`` (or with ``weight_decay``, ``adamw``) evaluated transform by transform."""
+    decay = [] if weight_decay is None else [optax_compat.add_decayed_weights(weight_decay)]
+    return chain(optax_compat.scale_by_adam(**kwargs), *decay,
                  optax_compat.scale_by_learning_rate(learning_rate))
 
 
@@ -39,13 +40,17 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("schedule", [False, True], ids=["constant", "schedule"])
+@pytest.mark.parametrize("weight_decay", [None, 0.0, 0.05], ids=["adam", "adamw0", "adamw"])
 def test_same_numbers_as_the_chain_over_many_steps(dtype: torch.dtype, schedule: bool,
+                                                   weight_decay: float | None,
                                                    kernel_calls: list[int]) -> None:
     def learning_rate() -> Any:
         return (optax_compat.exponential_decay(0.1, 3, 0.7) if schedule else 0.1)
 
-    fast = optax_compat.adam(learning_rate(), b1=0.8, b2=0.99, eps=1e-6)
-    slow = plain_chain(learning_rate(), b1=0.8, b2=0.99, eps=1e-6)
+    hyperparameters = {"b1": 0.8, "b2": 0.99, "eps": 1e-6}
+    fast = (optax_compat.adam(learning_rate(), **hyperparameters) if weight_decay is None else
+            optax_compat.adamw(learning_rate(), weight_decay=weight_decay, **hyperparameters))
+    slow = plain_chain(learning_rate(), weight_decay, **hyperparameters)
     params = make_tree(dtype)
     fast_state, slow_state = fast.init(params), slow.init(params)
     for step in range(40):
@@ -71,7 +76,9 @@ def test_chain_runs_when_the_kernel_does_not_apply(kernel_calls: list[int]) -> N
     for tx in (optax_compat.adam(learning_rate),  # autograd must see the learning rate
                optax_compat.adam(0.1, eps_root=1e-8),
                optax_compat.adam(0.1, nesterov=True),
-               optax_compat.adam(0.1, mu_dtype=torch.float32)):
+               optax_compat.adam(0.1, mu_dtype=torch.float32),
+               optax_compat.adamw(0.1, mask=lambda params: True),
+               optax_compat.adamw(0.1, weight_decay=lambda count: 0.1)):
         tx.update(grads, tx.init(params), params)
     tx = optax_compat.adam(0.1)
     tx.update(grads, tx.init(params), params, inplace=True)
@@ -86,6 +93,16 @@ def test_applies_only_to_plain_hyperparameters() -> None:
     assert not adam_kernel.applies(0.9, 0.999, 1e-8, 1e-8, None, False)
     assert not adam_kernel.applies(0.9, 0.999, 1e-8, 0.0, torch.float16, False)
     assert not adam_kernel.applies(0.9, 0.999, 1e-8, 0.0, None, True)
+    assert adam_kernel.applies(0.9, 0.999, 1e-8, 0.0, None, False, weight_decay=0.1)
+    assert not adam_kernel.applies(0.9, 0.999, 1e-8, 0.0, None, False, weight_decay=0.1,
+                                   mask={"a": True})
+
+
+def test_adamw_without_params_raises_as_the_chain_does() -> None:
+    tx = optax_compat.adamw(0.1)
+    params = {"a": torch.ones(2)}
+    with pytest.raises(ValueError, match="params"):
+        tx.update(params, tx.init(params))
 
 
 def test_mismatched_state_names_the_path() -> None:
