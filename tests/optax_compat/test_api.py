@@ -46,8 +46,10 @@ def _all_names():
     for namespace in NAMESPACES:
         module = importlib.import_module(namespace)
         for name in _public(module):
-            if inspect.ismodule(getattr(module, name)) and name in SUBMODULES_NOT_YET_PORTED:
-                continue
+            value = getattr(module, name)
+            if inspect.ismodule(value) and (name in SUBMODULES_NOT_YET_PORTED
+                                            or not value.__name__.startswith("optax")):
+                continue  # not ported yet, or a standard-library module Optax imported
             yield namespace, name
 
 
@@ -85,12 +87,16 @@ def _same_default(theirs, ours):
     return theirs == ours
 
 
+def _is_type_alias(obj):
+    return type(obj).__module__ == "typing"
+
+
 def _callables():
     for namespace, name in _all_names():
         if f"{namespace}.{name}" in NOT_YET_PORTED:
             continue
         theirs = getattr(importlib.import_module(namespace), name)
-        if inspect.ismodule(theirs) or not callable(theirs):
+        if inspect.ismodule(theirs) or not callable(theirs) or _is_type_alias(theirs):
             continue
         yield pytest.param(namespace, name, id=f"{namespace}.{name}")
 
