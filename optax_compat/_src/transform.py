@@ -46,7 +46,6 @@ Not mirrored: the legacy aliases Optax keeps in its ``transform`` module (``trac
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Optional, Union
 
@@ -115,22 +114,9 @@ def _emit(gs: Leaves, scaled: Leaves, inplace: bool) -> Leaves:
     return scaled
 
 
-_dtype_of = operator.attrgetter("dtype")
-
-
 def _same_dtypes(xs: Leaves, ys: Leaves) -> bool:
-    """Whether the leaves have pairwise equal dtypes (one C-level pass per list)."""
-    return list(map(_dtype_of, xs)) == list(map(_dtype_of, ys))
-
-
-def _real_dtype(xs: Leaves) -> torch.dtype:
-    """The widest real floating dtype of the leaves, at least float32 (JAX's default float)."""
-    dtype = torch.float32
-    for leaf_dtype in set(map(_dtype_of, xs)):
-        real = leaf_dtype.to_real()
-        if real.is_floating_point:
-            dtype = torch.promote_types(dtype, real)
-    return dtype
+    """Whether the leaves have pairwise equal dtypes."""
+    return [x.dtype for x in xs] == [y.dtype for y in ys]
 
 
 def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Tensor:
@@ -139,7 +125,7 @@ def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Te
     Optax evaluates it with JAX's default float (float32, or float64 under x64) before
     casting to each moment's dtype: a low-precision power would round to one.
     """
-    dtype = _real_dtype(xs)
+    dtype = tm.widest_real_dtype(xs)
     return 1 - decay ** count.to(dtype)
 
 
@@ -921,7 +907,7 @@ def scale_by_radam(
         moments = _update_moment(mus, gs, b1)
         seconds = _update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_increment(state.count)
-        steps = count_inc.to(_real_dtype(gs))
+        steps = count_inc.to(tm.widest_real_dtype(gs))
         b2t = b2 ** steps
         ro = ro_inf - 2 * steps * b2t / (1 - b2t)
         rectifier = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf

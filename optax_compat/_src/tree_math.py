@@ -17,7 +17,6 @@ Conventions:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
@@ -372,9 +371,6 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
                     "or complex tensor is required.")
 
 
-_requires_grad_of = operator.attrgetter("requires_grad")
-
-
 def is_recording(*groups: Any) -> bool:
     """Whether autograd records operations on ``groups`` (lists of tensors, or tensors).
 
@@ -387,7 +383,7 @@ def is_recording(*groups: Any) -> bool:
         if isinstance(group, torch.Tensor):
             if group.requires_grad:
                 return True
-        elif isinstance(group, (list, tuple)) and any(map(_requires_grad_of, group)):
+        elif isinstance(group, (list, tuple)) and any(x.requires_grad for x in group):
             return True
     return False
 
