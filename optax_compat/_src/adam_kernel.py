@@ -113,9 +113,9 @@ def _kernel_step(updates: base.Updates, state: Any, params: base.Params | None,
     s_kernel = math.sqrt(1 - b2 ** step)
 
     new_count = numerics.safe_increment(count)
+    scaled = [torch.zeros_like(g) for g in grads]
     new_mus = [mu.clone() for mu in mus]
     new_nus = [nu.clone() for nu in nus]
-    scaled = [torch.zeros_like(g) for g in grads]
     torch._fused_adam_(scaled, grads, new_mus, new_nus, [], [new_count] * len(grads),
                        lr=lr_value * c1_kernel * s_optax / (s_kernel * c1_optax),
                        beta1=b1, beta2=b2, weight_decay=0.0, eps=eps * s_optax / s_kernel,
@@ -129,7 +129,7 @@ def _kernel_step(updates: base.Updates, state: Any, params: base.Params | None,
     return tree_math.unflatten(spec, scaled), (new_adam_state, *state[1:-1], new_lr_state)
 
 
-def _plain_cpu_leaves(leaves: list[torch.Tensor], dtype: torch.dtype) -> bool:
+def _plain_cpu_leaves(leaves: list[Any], dtype: torch.dtype) -> bool:
+    # ``is_cpu`` rather than ``device.type``: this runs over every leaf at every step.
     return dtype in _DTYPES and all(
-        isinstance(x, torch.Tensor) and x.dtype == dtype and x.device.type == "cpu"
-        for x in leaves)
+        isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cpu for x in leaves)
