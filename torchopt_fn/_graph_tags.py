@@ -8,8 +8,9 @@ began: the ``grad_fn`` of its inputs (old parameters, gradients, old optimizer s
 output and those boundary nodes as one node per parameter and step.
 
 The record lives in :attr:`torch.autograd.graph.Node.metadata`, a dict every autograd node has. It
-holds nodes, never tensors: the boundary nodes are ancestors of the tagged node, so the graph keeps
-them alive anyway, and tagging adds no lifetime to any tensor. Leaf inputs need no boundary entry:
+holds nodes and at most the optimizer's 0-d step counter, never parameters or gradients: the
+boundary nodes are ancestors of the tagged node, so the graph keeps them alive anyway, and tagging
+adds no lifetime to any large tensor. Leaf inputs need no boundary entry:
 their ``AccumulateGrad`` node has no inputs, so a walk stops there by itself.
 """
 
@@ -33,28 +34,40 @@ class OptimizerStepTag:
     """What :func:`tag_optimizer_step` stores in ``grad_fn.metadata[OPTIMIZER_STEP_KEY]``.
 
     Attributes:
-      label: Text drawn on the fused node, e.g. ``"MetaAdam step 1"``.
+      name: Text of the fused node before the step number, e.g. ``"MetaAdam step"``.
+      step: The step number: an int, a 0-d integer tensor (an optimizer's count, read only when
+        the label is drawn, so that tagging never waits for the device) or ``None``.
       output_nrs: Which outputs of the node are new parameters of this step (a ``torch._foreach_*``
         update produces all parameters from one node, one output each).
       boundary: The ``grad_fn`` of the step's inputs; a walk backward from the tagged node that
         reaches one of them has left the step.
     """
 
-    label: str
+    name: str
+    step: int | torch.Tensor | None
     output_nrs: set[int]
     boundary: frozenset[Node]
 
+    @property
+    def label(self) -> str:
+        """The text drawn on the fused node, e.g. ``"MetaAdam step 1"``."""
+        return self.name if self.step is None else f"{self.name} {int(self.step)}"
 
-def tag_optimizer_step(outputs: Any, inputs: Any, label: str) -> None:
+
+def tag_optimizer_step(outputs: Any, inputs: Any, label: str,
+                       step: int | torch.Tensor | None = None) -> None:
     """Records that ``outputs`` were computed from ``inputs`` by one optimizer step.
 
     Cheap enough to call on every differentiable step: one flatten of each tree and a dict write
-    per output. Does nothing when grad mode is off or for outputs without a ``grad_fn``.
+    per output, and no host synchronisation (a tensor ``step`` is read only when drawn). Does
+    nothing when grad mode is off or for outputs without a ``grad_fn``.
 
     Args:
       outputs: Pytree of tensors produced by the step (usually the new parameters).
       inputs: Pytree of tensors the step consumed (old parameters, gradients, old state).
-      label: Name of the step as the visualizer should draw it, e.g. ``"MetaAdam step 1"``.
+      label: Name of the step as the visualizer should draw it, e.g. ``"MetaAdam step 1"``, or
+        its prefix (``"adam step"``) when ``step`` is given.
+      step: The step number appended to ``label`` when drawn, e.g. an optimizer's count tensor.
     """
     if not torch.is_grad_enabled():
         return
@@ -68,8 +81,9 @@ def tag_optimizer_step(outputs: Any, inputs: Any, label: str) -> None:
     for grad_fn, output_nr in tagged:
         metadata = grad_fn.metadata
         tag = metadata.get(OPTIMIZER_STEP_KEY)
-        if tag is None or tag.label != label:
-            tag = OptimizerStepTag(label=label, output_nrs=set(), boundary=frozen_boundary)
+        if tag is None or tag.name != label or tag.step is not step:
+            tag = OptimizerStepTag(name=label, step=step, output_nrs=set(),
+                                   boundary=frozen_boundary)
             metadata[OPTIMIZER_STEP_KEY] = tag
         tag.output_nrs.add(output_nr)
 

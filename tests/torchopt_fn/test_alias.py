@@ -98,6 +98,22 @@ def test_functional_update_is_tagged_for_the_visualizer():
     assert _graph_tags.optimizer_step_tag(updates.grad_fn).label == "adam step 2"
 
 
+def test_tagging_a_differentiable_step_does_not_read_the_device(monkeypatch):
+    tx = torchopt.adam(1e-2)
+    params = torch.randn(3, requires_grad=True)
+    grads = torch.autograd.grad((params ** 3).sum(), params, create_graph=True)[0]
+    state = tx.init(params)
+
+    def no_sync(*args, **kwargs):
+        raise AssertionError("host synchronisation during update")
+
+    with monkeypatch.context() as patch:
+        for method in ("item", "__int__", "__bool__", "__index__"):
+            patch.setattr(torch.Tensor, method, no_sync)
+        updates, _ = tx.update(grads, state, params=params, inplace=False)
+    assert _graph_tags.optimizer_step_tag(updates.grad_fn).label == "adam step 1"
+
+
 @pytest.mark.parametrize(("build", "message"), [
     (lambda: torchopt.sgd(-0.1), "Invalid learning rate"),
     (lambda: torchopt.sgd(0.1, momentum=-1.0), "Invalid momentum"),

@@ -79,11 +79,11 @@ def scale_by_neg_lr(lr: ScalarOrSchedule) -> GradientTransformation:
     return scale(-lr)
 
 
-def _step_number(state: OptState) -> int | None:
-    """The step count held in ``state`` (its first integer tensor), if it holds one."""
+def _step_count(state: OptState) -> torch.Tensor | None:
+    """The step count held in ``state`` (its first 0-d integer tensor), if it holds one."""
     for leaf in tree_math.leaves(state):
         if isinstance(leaf, torch.Tensor) and not leaf.is_floating_point() and leaf.ndim == 0:
-            return int(leaf)
+            return leaf
     return None
 
 
@@ -93,7 +93,7 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
     When ``update`` runs with ``inplace=False`` under grad mode and its updates are part of an
     autograd graph, they are tagged ``"<name> step <count>"`` (see
     :func:`torchopt_fn._graph_tags.tag_optimizer_step`), so the visualizer can draw the step as
-    one node. The step number is read from the state only in that case.
+    one node. The step number is the state's count tensor, read only when the graph is drawn.
     """
 
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
@@ -102,9 +102,8 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
         if not inplace and torch.is_grad_enabled() and any(
                 isinstance(u, torch.Tensor) and u.grad_fn is not None
                 for u in tree_math.leaves(new_updates)):
-            step = _step_number(new_state)
-            label = f"{name} step" if step is None else f"{name} step {step}"
-            tag_optimizer_step(new_updates, (params, updates, state), label)
+            tag_optimizer_step(new_updates, (params, updates, state), f"{name} step",
+                               step=_step_count(new_state))
         return new_updates, new_state
 
     return GradientTransformation(tx.init, update_fn)
