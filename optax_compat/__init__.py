@@ -5,13 +5,21 @@ on ``torch._foreach_*`` kernels over optree-flattened leaves.
 """
 
 from optax_compat import schedules, tree, tree_utils
+
+# Transforms and aliases (issue 3) -------------------------------------------------------------
 from optax_compat._src.base import (
+    AdaptiveGradClipState,
+    AddDecayedWeightsState,
+    ClipByGlobalNormState,
+    ClipState,
     EmptyState,
     GradientTransformation,
     GradientTransformationExtraArgs,
     OptState,
     Params,
     ScalarOrSchedule,
+    ScaleByTrustRatioState,
+    ScaleState,
     Schedule,
     TransformInitFn,
     TransformUpdateExtraArgsFn,
@@ -24,49 +32,18 @@ from optax_compat._src.base import (
     stateless_with_tree_map,
     with_extra_args_support,
 )
-from optax_compat._src.linear_algebra import global_norm
+from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
+from optax_compat._src.linear_algebra import (
+    global_norm,
+    matrix_inverse_pth_root,
+    nnls,
+    power_iteration,
+)
 from optax_compat._src.numerics import (
     safe_increment,
     safe_int32_increment,
     safe_norm,
     safe_root_mean_squares,
-)
-from optax_compat._src.update import apply_updates, incremental_update, periodic_update
-from optax_compat._src.utils import multi_normal, scale_gradient
-from optax_compat.schedules import (
-    constant_schedule,
-    cosine_decay_schedule,
-    cosine_onecycle_schedule,
-    exponential_decay,
-    join_schedules,
-    linear_onecycle_schedule,
-    linear_schedule,
-    piecewise_constant_schedule,
-    piecewise_interpolate_schedule,
-    polynomial_schedule,
-    sgdr_schedule,
-    warmup_constant_schedule,
-    warmup_cosine_decay_schedule,
-    warmup_exponential_decay_schedule,
-)
-from optax_compat.tree_utils import (
-    tree_map_params,
-)
-from optax_compat.tree_utils._tree_math import (
-    tree_bias_correction as bias_correction,
-    tree_update_infinity_moment as update_infinity_moment,
-    tree_update_moment as update_moment,
-    tree_update_moment_per_elem_norm as update_moment_per_elem_norm,
-)
-
-# Transforms and aliases (issue 3) -------------------------------------------------------------
-from optax_compat._src.base import (
-    AdaptiveGradClipState,
-    AddDecayedWeightsState,
-    ClipByGlobalNormState,
-    ClipState,
-    ScaleByTrustRatioState,
-    ScaleState,
 )
 from optax_compat._src.transform import (
     ApplyEvery,
@@ -112,8 +89,24 @@ from optax_compat._src.transform import (
     scale_by_trust_ratio,
     scale_by_yogi,
 )
-from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
-from optax_compat._src.linear_algebra import matrix_inverse_pth_root, nnls, power_iteration
+from optax_compat._src.update import apply_updates, incremental_update, periodic_update
+from optax_compat._src.utils import multi_normal, scale_gradient
+from optax_compat.schedules import (
+    constant_schedule,
+    cosine_decay_schedule,
+    cosine_onecycle_schedule,
+    exponential_decay,
+    join_schedules,
+    linear_onecycle_schedule,
+    linear_schedule,
+    piecewise_constant_schedule,
+    piecewise_interpolate_schedule,
+    polynomial_schedule,
+    sgdr_schedule,
+    warmup_constant_schedule,
+    warmup_cosine_decay_schedule,
+    warmup_exponential_decay_schedule,
+)
 from optax_compat.transforms import (
     AddNoiseState,
     EmaState,
@@ -132,6 +125,21 @@ from optax_compat.transforms import (
     per_example_layer_norm_clip,
     trace,
     zero_nans,
+)
+from optax_compat.tree_utils import (
+    tree_map_params,
+)
+from optax_compat.tree_utils._tree_math import (
+    tree_bias_correction as bias_correction,
+)
+from optax_compat.tree_utils._tree_math import (
+    tree_update_infinity_moment as update_infinity_moment,
+)
+from optax_compat.tree_utils._tree_math import (
+    tree_update_moment as update_moment,
+)
+from optax_compat.tree_utils._tree_math import (
+    tree_update_moment_per_elem_norm as update_moment_per_elem_norm,
 )
 
 # isort: split
