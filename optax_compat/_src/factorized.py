@@ -2,9 +2,9 @@
 
 A matrix-shaped leaf keeps only the running means of its squared gradient over rows and over
 columns; their outer product (normalised) estimates the full second moment. Other leaves keep
-the full moment, as RMSProp does. Leaves of each kind travel together: the unfactored ones are
-updated with one ``torch._foreach_*`` call per operation, the factored ones leaf by leaf (their
-reductions have leaf-specific axes).
+the full moment, as RMSProp does. All leaves travel together: only the reductions, whose axes
+are leaf-specific, run leaf by leaf; every other operation is one ``torch._foreach_*`` call
+over the statistics of the whole tree.
 """
 
 from __future__ import annotations
@@ -137,30 +137,48 @@ def scale_by_factored_rms(
         v = tm.leaves_like(state.v, spec, "state.v", reference=updates)
         decay = decay_rate_fn(state.count - step_offset, decay_rate)
 
-        new_updates, new_v_row, new_v_col, new_v = list(grads), list(v_row), list(v_col), list(v)
         dims = [factored_dims_of(p) for p in param_leaves]
         full = [i for i, d in enumerate(dims) if d is None]
-        if full:
-            # Unfactored leaves: RMSProp-style statistics, all leaves in one foreach call each.
-            full_grads = [grads[i] for i in full]
-            moments = _moving_average([v[i] for i in full], _squared_plus(full_grads, epsilon),
-                                      decay)
-            moments = [m.to(param_leaves[i].dtype) for m, i in zip(moments, full, strict=True)]
-            scaled = tm.mul(full_grads, tm.power(moments, -0.5))
-            for i, moment, update in zip(full, moments, scaled, strict=True):
-                new_v[i], new_updates[i] = moment, update
-        for i, d in enumerate(dims):
-            if d is None:
-                continue
-            row_axis, col_axis = d
-            grad, dtype = grads[i], param_leaves[i].dtype
-            grad_sqr = _squared_plus([grad], epsilon)[0]
-            row = _moving_average([v_row[i]], [grad_sqr.mean(dim=col_axis)], decay)[0].to(dtype)
-            col = _moving_average([v_col[i]], [grad_sqr.mean(dim=row_axis)], decay)[0].to(dtype)
-            reduced_row_axis = row_axis - 1 if row_axis > col_axis else row_axis
-            row_factor = (row / row.mean(dim=reduced_row_axis, keepdim=True)) ** -0.5
-            col_factor = col ** -0.5
-            new_updates[i] = grad * row_factor.unsqueeze(col_axis) * col_factor.unsqueeze(row_axis)
+        split = [i for i, d in enumerate(dims) if d is not None]
+        row_axes = [dims[i][0] for i in split]
+        col_axes = [dims[i][1] for i in split]
+        grad_sqrs = _squared_plus(grads, epsilon)
+
+        # Every statistic (full moments, row means, column means) moves in one foreach call.
+        stat_owners = full + split + split
+        stats = _moving_average(
+            [v[i] for i in full] + [v_row[i] for i in split] + [v_col[i] for i in split],
+            [grad_sqrs[i] for i in full]
+            + [grad_sqrs[i].mean(dim=c) for i, c in zip(split, col_axes, strict=True)]
+            + [grad_sqrs[i].mean(dim=r) for i, r in zip(split, row_axes, strict=True)],
+            decay)
+        stats = [s.to(param_leaves[i].dtype) for s, i in zip(stats, stat_owners, strict=True)]
+        moments = stats[:len(full)]
+        rows = stats[len(full):len(full) + len(split)]
+        cols = stats[len(full) + len(split):]
+
+        # The row statistics are normalised by their mean (over the row axis, which is
+        # ``row_axis - 1`` in a row vector when the column axis came before it).
+        row_means = [row.mean(dim=r - 1 if r > c else r, keepdim=True)
+                     for row, r, c in zip(rows, row_axes, col_axes, strict=True)]
+        factors = tm.power(moments + tm.div(rows, row_means) + cols, -0.5)
+        full_factors = factors[:len(full)]
+        row_factors = factors[len(full):len(full) + len(split)]
+        col_factors = factors[len(full) + len(split):]
+
+        scaled = tm.mul(
+            [grads[i] for i in full + split],
+            full_factors + [f.unsqueeze(c) for f, c in zip(row_factors, col_axes, strict=True)])
+        scaled[len(full):] = tm.mul(
+            scaled[len(full):],
+            [f.unsqueeze(r) for f, r in zip(col_factors, row_axes, strict=True)])
+
+        new_updates, new_v_row, new_v_col, new_v = list(grads), list(v_row), list(v_col), list(v)
+        for i, update in zip(full + split, scaled, strict=True):
+            new_updates[i] = update
+        for i, moment in zip(full, moments, strict=True):
+            new_v[i] = moment
+        for i, row, col in zip(split, rows, cols, strict=True):
             new_v_row[i], new_v_col[i] = row, col
 
         return tm.unflatten(spec, new_updates), FactoredState(

@@ -1092,14 +1092,14 @@ def scale_by_adan(
 # Per-block scalings.
 
 
-def _scale_by_block_statistic(statistic: Callable[[torch.Tensor], torch.Tensor],
+def _scale_by_block_statistic(statistics: Callable[[Leaves], Leaves],
                               name: str) -> base.GradientTransformation:
-    """Multiplies each update leaf by ``statistic(param_leaf)``."""
+    """Multiplies each update leaf by its entry of ``statistics(param_leaves)`` (0-d tensors)."""
 
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)
         ps = _params_leaves(params, spec, updates, name)
-        return tm.unflatten(spec, [g * statistic(p) for g, p in zip(gs, ps)]), state
+        return tm.unflatten(spec, tm.mul(gs, statistics(ps))), state
 
     return base.GradientTransformation(base.init_empty_state, update_fn)
 
@@ -1113,8 +1113,10 @@ def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransfor
     Returns:
       A stateless transformation whose ``update`` needs ``params``.
     """
-    return _scale_by_block_statistic(lambda p: numerics.safe_norm(p, min_scale),
-                                     "scale_by_param_block_norm")
+    # ``numerics.safe_norm`` of every block, batched: the gradient is 0 where clipped.
+    return _scale_by_block_statistic(
+        lambda ps: tm.map_stacked(lambda n: tm.at_least(n, min_scale), tm.norms(ps)),
+        "scale_by_param_block_norm")
 
 
 def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
@@ -1126,15 +1128,16 @@ def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransform
     Returns:
       A stateless transformation whose ``update`` needs ``params``.
     """
-    return _scale_by_block_statistic(lambda p: numerics.safe_root_mean_squares(p, min_scale),
-                                     "scale_by_param_block_rms")
+    # ``numerics.safe_root_mean_squares`` of every block, batched.
+    return _scale_by_block_statistic(
+        lambda ps: tm.map_stacked(lambda r: tm.at_least(r, min_scale),
+                                  tm.root_mean_squares(ps)),
+        "scale_by_param_block_rms")
 
 
 def _clipped_norms(xs: Leaves, min_norm: Scalar) -> torch.Tensor:
     """The norm of each leaf, stacked, replaced by ``min_norm`` where not above it."""
-    stacked = torch.stack(tm.norms(xs))
-    return torch.where(stacked <= min_norm, torch.as_tensor(min_norm, dtype=stacked.dtype,
-                                                            device=stacked.device), stacked)
+    return tm.at_least(torch.stack(tm.norms(xs)), min_norm)
 
 
 def scale_by_trust_ratio(

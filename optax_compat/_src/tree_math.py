@@ -17,6 +17,7 @@ Conventions:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
@@ -471,3 +472,55 @@ def reciprocal_(xs: Leaves) -> Leaves:
     if xs:
         torch._foreach_reciprocal_(xs)
     return xs
+
+
+# ----------------------------------------------------------------------------------------------
+# One scalar per leaf (block norms, clipping factors), computed in a few batched ops.
+
+
+def root_mean_squares(xs: Leaves) -> Leaves:
+    """The root mean square of the elements of each leaf (``|x|`` for complex), as 0-d tensors.
+
+    Computed as ``norm(x) / sqrt(numel(x))`` with one ``torch._foreach_norm`` for all leaves.
+    The gradient is 0, not NaN, at a leaf of zeros.
+    """
+    if not xs:
+        return []
+    return list(torch._foreach_div(norms(xs), [math.sqrt(x.numel()) for x in xs]))
+
+
+def map_stacked(fn: Callable[[torch.Tensor], torch.Tensor],
+                values: Sequence[torch.Tensor]) -> Leaves:
+    """Applies an elementwise ``fn`` to 0-d tensors stacked into one vector per dtype and device.
+
+    Per-leaf scalars (norms, clipping factors) then cost one op for the whole tree instead of
+    one per leaf, and each result keeps the dtype of its value (a ``float32`` leaf is never
+    promoted by a ``float64`` factor).
+
+    Args:
+      fn: maps a 1-d tensor to a tensor of the same shape and dtype, elementwise.
+      values: 0-d tensors, e.g. from :func:`norms`.
+
+    Returns:
+      ``fn`` of each value, as 0-d tensors in the order of ``values``.
+    """
+    groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+    for index, value in enumerate(values):
+        groups.setdefault((value.dtype, value.device), []).append(index)
+    if len(groups) <= 1:
+        return list(fn(torch.stack(list(values))).unbind()) if values else []
+    results: list[Any] = [None] * len(values)
+    for indices in groups.values():
+        mapped = fn(torch.stack([values[index] for index in indices])).unbind()
+        for index, result in zip(indices, mapped, strict=True):
+            results[index] = result
+    return results
+
+
+def at_least(values: torch.Tensor, minimum: Scalar) -> torch.Tensor:
+    """``values``, with ``minimum`` wherever they are not above it (gradient 0 there).
+
+    ``minimum`` takes the dtype of ``values``, so a ``float64`` bound never promotes them.
+    """
+    floor = torch.as_tensor(minimum, dtype=values.dtype, device=values.device)
+    return torch.where(values <= floor, floor, values)
