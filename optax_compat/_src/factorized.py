@@ -161,7 +161,9 @@ def scale_by_factored_rms(
         # ``row_axis - 1`` in a row vector when the column axis came before it).
         row_means = [row.mean(dim=r - 1 if r > c else r, keepdim=True)
                      for row, r, c in zip(rows, row_axes, col_axes, strict=True)]
-        factors = tm.power(moments + tm.div(rows, row_means) + cols, -0.5)
+        # ``x ** -0.5`` as in Optax: ``rsqrt`` gives the same bits and is several times faster
+        # than torch's ``pow`` on CPU.
+        factors = tm.rsqrt(moments + tm.div(rows, row_means) + cols)
         full_factors = factors[:len(full)]
         row_factors = factors[len(full):len(full) + len(split)]
         col_factors = factors[len(full) + len(split):]
