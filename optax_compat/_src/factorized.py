@@ -61,8 +61,9 @@ class FactoredState(NamedTuple):
 def _squared_plus(grads: list[torch.Tensor], epsilon: Scalar) -> list[torch.Tensor]:
     """``|g| ** 2 + epsilon`` per leaf."""
     if any(g.is_complex() for g in grads):
-        return tm.add([numerics.abs_sq(g) for g in grads], epsilon)
-    return tm.add(tm.square(grads), epsilon)
+        # ``|g| ** 2`` of a complex leaf is a strided view: a fresh sum keeps the state compact.
+        return tm.add(tm.abs_sq(grads), epsilon)
+    return tm.add_(tm.square(grads), epsilon)  # into the squares just allocated
 
 
 def _moving_average(old: list[torch.Tensor], new: list[torch.Tensor],
@@ -171,9 +172,9 @@ def scale_by_factored_rms(
         scaled = tm.mul(
             [grads[i] for i in full + split],
             full_factors + [f.unsqueeze(c) for f, c in zip(row_factors, col_axes, strict=True)])
-        scaled[len(full):] = tm.mul(
-            scaled[len(full):],
-            [f.unsqueeze(r) for f, r in zip(col_factors, row_axes, strict=True)])
+        # Into the products just allocated: autograd saved the factors, not the products.
+        tm.mul_(scaled[len(full):],
+                [f.unsqueeze(r) for f, r in zip(col_factors, row_axes, strict=True)])
 
         new_updates, new_v_row, new_v_col, new_v = list(grads), list(v_row), list(v_col), list(v)
         for i, update in zip(full + split, scaled, strict=True):
