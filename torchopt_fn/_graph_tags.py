@@ -2,16 +2,16 @@
 
 A differentiable optimizer step (an Adam update is about a dozen elementwise operations per
 parameter) leaves many autograd nodes behind. :func:`tag_optimizer_step` records, on the
-``grad_fn`` of every new parameter, a label (``"MetaAdam step 1"``) and the nodes where the step
-began: the ``grad_fn`` of its inputs (old parameters, gradients, old optimizer state).
-:func:`torchopt_fn.visual.make_dot` with ``fuse_optimizer=True`` draws everything between a tagged
-output and those boundary nodes as one node per parameter and step.
+``grad_fn`` of every new parameter, a label (``"MetaAdam step 1"``), the nodes where the step
+began (the ``grad_fn`` of its inputs: old parameters, the loss or the gradients, old optimizer
+state) and the leaves the step owns (an initial optimizer state that requires grad).
+:func:`torchopt_fn.visual.make_dot` with ``fuse_optimizer=True`` draws everything that was built
+after those inputs, between them and a tagged output, as one node per parameter and step.
 
 The record lives in :attr:`torch.autograd.graph.Node.metadata`, a dict every autograd node has. It
 holds nodes and at most the optimizer's 0-d step counter, never parameters or gradients: the
-boundary nodes are ancestors of the tagged node, so the graph keeps them alive anyway, and tagging
-adds no lifetime to any large tensor. Leaf inputs need no boundary entry:
-their ``AccumulateGrad`` node has no inputs, so a walk stops there by itself.
+recorded nodes are ancestors of the tagged node, so the graph keeps them alive anyway, and tagging
+adds no lifetime to any large tensor.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch.autograd.graph import Node
+from torch.autograd.graph import Node, get_gradient_edge
 
 from optax_compat._src import tree_math
 
@@ -39,14 +39,18 @@ class OptimizerStepTag:
         the label is drawn, so that tagging never waits for the device) or ``None``.
       output_nrs: Which outputs of the node are new parameters of this step (a ``torch._foreach_*``
         update produces all parameters from one node, one output each).
-      boundary: The ``grad_fn`` of the step's inputs; a walk backward from the tagged node that
-        reaches one of them has left the step.
+      boundary: The ``grad_fn`` of the step's inputs. They and every node they were computed
+        from existed before the step; a walk backward from the tagged node that reaches one of
+        them has left the step.
+      own_leaves: The ``AccumulateGrad`` nodes of the optimizer-state leaves the step read (an
+        initial state created with ``requires_grad=True``); they are drawn inside the step.
     """
 
     name: str
     step: int | torch.Tensor | None
     output_nrs: set[int]
     boundary: frozenset[Node]
+    own_leaves: frozenset[Node]
 
     @property
     def label(self) -> str:
@@ -55,7 +59,7 @@ class OptimizerStepTag:
 
 
 def tag_optimizer_step(outputs: Any, inputs: Any, label: str,
-                       step: int | torch.Tensor | None = None) -> None:
+                       step: int | torch.Tensor | None = None, *, state: Any = None) -> None:
     """Records that ``outputs`` were computed from ``inputs`` by one optimizer step.
 
     Cheap enough to call on every differentiable step: one flatten of each tree and a dict write
@@ -64,10 +68,15 @@ def tag_optimizer_step(outputs: Any, inputs: Any, label: str,
 
     Args:
       outputs: Pytree of tensors produced by the step (usually the new parameters).
-      inputs: Pytree of tensors the step consumed (old parameters, gradients, old state).
+      inputs: Pytree of tensors the step consumed: the old parameters and the gradients, or
+        the loss when the step computes the gradients itself (then the gradient computation is
+        part of the fused node too).
       label: Name of the step as the visualizer should draw it, e.g. ``"MetaAdam step 1"``, or
         its prefix (``"adam step"``) when ``step`` is given.
       step: The step number appended to ``label`` when drawn, e.g. an optimizer's count tensor.
+      state: The optimizer state the step read. Tensors an earlier step computed are inputs;
+        leaves that require grad (an initial state with ``moment_requires_grad=True``) belong to
+        this step.
     """
     if not torch.is_grad_enabled():
         return
@@ -75,15 +84,17 @@ def tag_optimizer_step(outputs: Any, inputs: Any, label: str,
               if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     if not tagged:
         return
-    boundary = {t.grad_fn for t in tree_math.leaves(inputs) if isinstance(t, torch.Tensor)}
-    boundary.discard(None)
-    frozen_boundary = frozenset(boundary)
+    state_tensors = [t for t in tree_math.leaves(state) if isinstance(t, torch.Tensor)]
+    boundary = frozenset(t.grad_fn for t in [*tree_math.leaves(inputs), *state_tensors]
+                         if isinstance(t, torch.Tensor) and t.grad_fn is not None)
+    own_leaves = frozenset(get_gradient_edge(t).node for t in state_tensors
+                           if t.grad_fn is None and t.requires_grad)
     for grad_fn, output_nr in tagged:
         metadata = grad_fn.metadata
         tag = metadata.get(OPTIMIZER_STEP_KEY)
         if tag is None or tag.name != label or tag.step is not step:
-            tag = OptimizerStepTag(name=label, step=step, output_nrs=set(),
-                                   boundary=frozen_boundary)
+            tag = OptimizerStepTag(name=label, step=step, output_nrs=set(), boundary=boundary,
+                                   own_leaves=own_leaves)
             metadata[OPTIMIZER_STEP_KEY] = tag
         tag.output_nrs.add(output_nr)
 

@@ -48,7 +48,7 @@ def adam_step(params: Params, state: tuple, loss: torch.Tensor, step: int, forea
         nu2 = [(1 - b2) * g * g + b2 * v for g, v in zip(grads, nu)]
         new = [p - lr * (m / (1 - b1 ** step)) / ((v / (1 - b2 ** step)).sqrt() + eps)
                for p, m, v in zip(params, mu2, nu2)]
-    tag_optimizer_step(new, (params, grads, state), f"MetaAdam step {step}")
+    tag_optimizer_step(new, (params, grads), f"MetaAdam step {step}", state=state)
     return new, (list(mu2), list(nu2))
 
 
@@ -243,3 +243,19 @@ def test_tag_keeps_no_tensor_alive() -> None:
     gc.collect()
     assert all(ref() is None for ref in refs)
     assert optimizer_step_tag(node).label == "MetaSGD step 1"
+
+
+@pytest.mark.parametrize("name_the_state", [False, True])
+def test_state_leaves_are_fused_unless_named(name_the_state: bool) -> None:
+    # An initial state that requires grad belongs to the step, unless the caller named it.
+    param = torch.randn(3, requires_grad=True)
+    momentum = torch.zeros(3, requires_grad=True)
+    (grad,) = torch.autograd.grad(param.pow(2).sum(), [param], create_graph=True)
+    new_param = param - 0.1 * (0.9 * momentum + grad)
+    tag_optimizer_step([new_param], ([param], [grad]), "momentum step 1", state=[momentum])
+    names = {"param": param, "momentum": momentum} if name_the_state else {"param": param}
+    dot = make_dot(new_param.sum(), names)
+    leaves = [a["lines"][0] for a in nodes_of(dot, "param").values()
+              if "backward" not in a["classes"] and "fused" not in a["classes"]]
+    assert sorted(leaves) == sorted(names)
+    assert dot.unreached == []

@@ -102,8 +102,8 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
         if not inplace and torch.is_grad_enabled() and any(
                 isinstance(u, torch.Tensor) and u.grad_fn is not None
                 for u in tree_math.leaves(new_updates)):
-            tag_optimizer_step(new_updates, (params, updates, state), f"{name} step",
-                               step=_step_count(new_state))
+            tag_optimizer_step(new_updates, (params, updates), f"{name} step",
+                               step=_step_count(new_state), state=state)
         return new_updates, new_state
 
     return GradientTransformation(tx.init, update_fn)

@@ -1,9 +1,10 @@
 """Optimizer-aware fusion: which autograd nodes belong to which optimizer step.
 
 :func:`torchopt_fn._graph_tags.tag_optimizer_step` marks the outputs of a step (the new parameters)
-and the nodes where the step began. Walking backward from one tagged output to those boundary
-nodes collects the step's work for that parameter. The walk follows tensors, not nodes, so a
-``torch._foreach_*`` node shared by every parameter is split back into one part per parameter.
+and the nodes where the step began. Walking backward from one tagged output until it reaches a
+node that existed before the step (a boundary node or anything it was computed from) collects the
+step's work for that parameter. The walk follows tensors, not nodes, so a ``torch._foreach_*``
+node shared by every parameter is split back into one part per parameter.
 
 A node (or, for a foreach node, one of its outputs) reached by the walks of two steps or two
 parameters belongs to neither and is drawn on its own, so fusion never hides a real connection.
@@ -23,6 +24,7 @@ from torchopt_fn.visual._autograd import (
     leaf_variable,
     node_name,
     output_inputs,
+    walk,
 )
 from torchopt_fn.visual._params import ParameterNames
 
@@ -58,11 +60,17 @@ class Fusion:
 
     def __init__(self, nodes: list[Node], names: ParameterNames) -> None:
         walks = []
+        # The nodes that existed before each step: its boundary and everything behind it. One
+        # walk per distinct boundary, so K unrolled steps cost K walks of the graph.
+        before: dict[frozenset[Node], set[Node]] = {}
         for node in nodes:
             tag = optimizer_step_tag(node)
             for output_nr in sorted(tag.output_nrs) if tag is not None else ():
                 step = FusedStep(label=tag.label, node=node, output_nr=output_nr)
-                walks.append((step, _walk_step(step, tag.boundary, names)))
+                if tag.boundary not in before:
+                    before[tag.boundary] = set(walk(tag.boundary))
+                walks.append((step, _walk_step(step, before[tag.boundary], tag.own_leaves,
+                                               names)))
         # A step tagged inside another one (an optimizer's update inside a meta-optimizer's
         # step) is part of the outer step, which reached it.
         nested = set()
@@ -124,12 +132,13 @@ class Fusion:
         return node in self._absorbed
 
 
-def _walk_step(step: FusedStep, boundary: frozenset[Node],
+def _walk_step(step: FusedStep, before: set[Node], own_leaves: frozenset[Node],
                names: ParameterNames) -> set[tuple[Node, int]]:
-    """The outputs ``(node, output_nr)`` between a tagged output and the step's boundary.
+    """The outputs ``(node, output_nr)`` a step computed on the way to one tagged output.
 
-    The walk stops at the boundary, at leaves, at named tensors and at other steps' outputs,
-    except those of steps nested in this one: they started from the same boundary.
+    The walk stops at nodes that existed before the step (so at earlier steps' outputs, but
+    not at those of steps nested in this one), at named tensors and at leaves other than the
+    step's own unnamed state leaves.
     """
     start = (step.node, step.output_nr)
     visited = {start}
@@ -137,11 +146,10 @@ def _walk_step(step: FusedStep, boundary: frozenset[Node],
     while stack:
         for child in output_inputs(*stack.pop()):
             node = child[0]
-            if (child in visited or node in boundary or leaf_variable(node) is not None
-                    or child in names.by_output):
-                continue
-            tag = optimizer_step_tag(node)
-            if tag is not None and not tag.boundary <= boundary:
+            leaf = leaf_variable(node)
+            if (child in visited or node in before or child in names.by_output
+                    or (leaf is not None and (node not in own_leaves
+                                              or names.leaf_name(leaf) is not None))):
                 continue
             visited.add(child)
             stack.append(child)
