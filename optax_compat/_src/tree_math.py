@@ -524,3 +524,17 @@ def at_least(values: torch.Tensor, minimum: Scalar) -> torch.Tensor:
     """
     floor = torch.as_tensor(minimum, dtype=values.dtype, device=values.device)
     return torch.where(values <= floor, floor, values)
+
+
+def ema_in_dtypes(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
+    """``(1 - decay) * value + decay * moment`` per leaf, a tensor ``decay`` rounded per operand.
+
+    JAX multiplies an array ``decay`` (a schedule's value, a ``jnp.where`` between
+    hyperparameters) in the dtype of each operand, so ``decay`` is rounded to the leaf's dtype
+    *before* ``1 - decay`` is taken; for a decay close to one in ``float32`` this differs from
+    rounding ``1 - decay`` computed in ``float64``. Moments and values may differ in dtype
+    (``mu_dtype``); the sum then promotes. Python-number decays are used as they are.
+    """
+    rounded = scalar_like(decay, values)
+    complement = ([1 - d for d in rounded] if isinstance(rounded, list) else 1 - rounded)
+    return add(mul(values, complement), mul(moments, scalar_like(decay, moments)))
