@@ -10,6 +10,7 @@ from torchopt_fn import (
     clip,
     combine,
     diff,
+    distributed,
     hook,
     linalg,
     linear_solve,
