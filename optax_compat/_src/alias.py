@@ -18,6 +18,8 @@ from typing import Any
 import torch
 
 from optax_compat._src import adam_kernel, base, factorized, transform
+from optax_compat._src import linesearch as _linesearch
+from optax_compat._src.lbfgs import scale_by_lbfgs
 from optax_compat.transforms import _accumulation, _adding, _clipping, _combining, _masking
 
 Scalar = float | torch.Tensor
@@ -1009,4 +1011,54 @@ def polyak_sgd(
         sgd(learning_rate=scaling),
         transform.scale_by_polyak(max_learning_rate=max_learning_rate, f_min=f_min, eps=eps,
                                   variant=variant),
+    )
+
+
+def lbfgs(
+    learning_rate: base.ScalarOrSchedule | None = None,
+    memory_size: int = 10,
+    scale_init_precond: bool = True,
+    linesearch: base.GradientTransformationExtraArgs | base.GradientTransformation | None = (
+        _linesearch.scale_by_zoom_linesearch(max_linesearch_steps=20,
+                                             initial_guess_strategy="one")),
+) -> base.GradientTransformationExtraArgs:
+    r"""L-BFGS: a quasi-Newton direction (:func:`scale_by_lbfgs`) scaled by a line search.
+
+    The updates are :math:`-\eta_k P_k g_k` with :math:`P_k` the limited-memory BFGS
+    approximation of the inverse Hessian and :math:`\eta_k` the step size found by
+    ``linesearch`` (by default a zoom line search satisfying the strong Wolfe conditions,
+    starting from 1). ``update`` then needs the keyword arguments ``value``, ``grad`` and
+    ``value_fn`` of the line search; for a deterministic objective,
+    :func:`value_and_grad_from_state` reuses the value and gradient the line search computed.
+
+    Args:
+      learning_rate: an optional fixed step size or schedule applied before the line search
+        (by default the line search alone sets the step size).
+      memory_size: number of past parameter/gradient differences kept.
+      scale_init_precond: scale the initial identity preconditioner by
+        :math:`\langle \delta w, \delta g\rangle / \|\delta g\|^2`.
+      linesearch: a line search such as :func:`scale_by_zoom_linesearch`, or ``None`` for
+        none.
+
+    Returns:
+      The optimizer as a gradient transformation (memory intensive: best for small and
+      medium problems).
+
+    References:
+      Algorithms 7.4 and 7.5 of Nocedal and Wright, `Numerical Optimization
+      <https://doi.org/10.1007/978-0-387-40065-5>`_, 1999.
+
+      Liu and Nocedal, `On the limited memory BFGS method for large scale optimization
+      <https://doi.org/10.1007/BF01589116>`_, 1989.
+    """
+    if learning_rate is None:
+        base_scaling = transform.scale(-1.0)
+    else:
+        base_scaling = transform.scale_by_learning_rate(learning_rate)
+    if linesearch is None:
+        linesearch = base.identity()
+    return _combining.chain(
+        scale_by_lbfgs(memory_size=memory_size, scale_init_precond=scale_init_precond),
+        base_scaling,
+        linesearch,
     )

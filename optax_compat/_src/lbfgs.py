@@ -1,0 +1,201 @@
+"""L-BFGS preconditioning: ``scale_by_lbfgs`` and the two-loop recursion.
+
+Optax keeps these in ``optax/_src/transform.py``; they live in their own module here because
+our ``transform.py`` is already large. The memory of past differences is stored as in Optax:
+each leaf ``x`` has a stacked buffer of shape ``(memory_size, *x.shape)`` written as a ring
+buffer at index ``count % memory_size``, so states match Optax's leaf for leaf. Every step is
+pure tensor code (no host synchronisation): the ring index stays a tensor.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from optax_compat._src import base, numerics
+from optax_compat._src import tree_math as tm
+
+
+class ScaleByLBFGSState(NamedTuple):
+    """State of :func:`scale_by_lbfgs`.
+
+    Attributes:
+      count: number of updates so far (0-d ``int32``).
+      params: the parameters at the last update.
+      updates: the incoming updates (gradients) at the last update.
+      diff_params_memory: the last ``memory_size`` parameter differences, stacked per leaf.
+      diff_updates_memory: the last ``memory_size`` update differences, stacked per leaf.
+      weights_memory: the weights ``1 / <diff_updates, diff_params>`` of the rank-one terms.
+    """
+
+    count: torch.Tensor
+    params: base.Params
+    updates: base.Params
+    diff_params_memory: base.ArrayTree
+    diff_updates_memory: base.ArrayTree
+    weights_memory: torch.Tensor
+
+
+def _vdot(xs: tm.Leaves, ys: tm.Leaves) -> torch.Tensor:
+    """``Re sum(conj(x) * y)`` over all leaves, as a 0-d tensor."""
+    return tm.sum_scalars([torch.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(xs, ys)]).real
+
+
+def _precondition_by_lbfgs(
+    updates: tm.Leaves,
+    diff_params_memory: tm.Leaves,
+    diff_updates_memory: tm.Leaves,
+    weights_memory: torch.Tensor,
+    identity_scale: torch.Tensor | float,
+    memory_idx: torch.Tensor,
+) -> tm.Leaves:
+    r"""Multiplies ``updates`` by the L-BFGS approximation of the inverse Hessian.
+
+    Args:
+      updates: the leaves to precondition.
+      diff_params_memory: stacked parameter differences, one ``(memory_size, *shape)`` tensor
+        per leaf.
+      diff_updates_memory: stacked update differences, likewise.
+      weights_memory: the weights :math:`\rho_i` of the rank-one terms, shape
+        ``(memory_size,)``.
+      identity_scale: :math:`\gamma`, the scale of the initial (identity) preconditioner.
+      memory_idx: the ring-buffer index of the oldest entry (``count % memory_size``).
+
+    Returns:
+      The preconditioned leaves.
+
+    References:
+      Algorithm 7.4 of Nocedal and Wright, `Numerical Optimization
+      <https://doi.org/10.1007/978-0-387-40065-5>`_, 1999.
+    """
+    memory_size = weights_memory.shape[0]
+    # Oldest to newest, read once so that the loops below index with Python ints.
+    order = torch.remainder(memory_idx.long() + torch.arange(memory_size, device=memory_idx.device),
+                            memory_size)
+    diff_params = [buffer.index_select(0, order) for buffer in diff_params_memory]
+    diff_updates = [buffer.index_select(0, order) for buffer in diff_updates_memory]
+    rhos = weights_memory.index_select(0, order)
+
+    vec = list(updates)
+    alphas = [None] * memory_size
+    for i in reversed(range(memory_size)):
+        alphas[i] = rhos[i] * _vdot([x[i] for x in diff_params], vec)
+        vec = tm.add_scaled(vec, tm.scalar_like(-alphas[i], vec),
+                            [x[i] for x in diff_updates])
+    vec = tm.mul(vec, tm.scalar_like(identity_scale, vec))
+    for i in range(memory_size):
+        beta = rhos[i] * _vdot([x[i] for x in diff_updates], vec)
+        vec = tm.add_scaled(vec, tm.scalar_like(alphas[i] - beta, vec),
+                            [x[i] for x in diff_params])
+    return vec
+
+
+def scale_by_lbfgs(
+    memory_size: int = 10,
+    scale_init_precond: bool = True,
+) -> base.GradientTransformation:
+    r"""Scales updates by the L-BFGS approximation of the inverse Hessian.
+
+    The approximation :math:`P_k` is built from the last ``memory_size`` differences of
+    parameters :math:`\delta w_j = w_{j+1} - w_j` and of updates (gradients)
+    :math:`\delta u_j = u_{j+1} - u_j`:
+    :math:`P_{k, j+1} = V_j^\top P_{k, j} V_j + \rho_j \delta w_j \delta w_j^\top` with
+    :math:`V_j = I - \rho_j \delta u_j \delta w_j^\top`, :math:`\rho_j = 1 / \langle \delta u_j,
+    \delta w_j\rangle` and :math:`P_{k, k-m} = \gamma_k I`, where
+    :math:`\gamma_k = \langle \delta w_{k-1}, \delta u_{k-1}\rangle / \|\delta u_{k-1}\|^2` if
+    ``scale_init_precond`` else ``1``. The output is :math:`P_k u_k`; chain it with a line
+    search (see :func:`lbfgs`). The memory is updated *before* preconditioning, so that a
+    line search chained after it sees the preconditioner of the accepted step.
+
+    At the first step :math:`\gamma_0 = \min(1, 1 / \|u_0\|)`, so that the first step stays in
+    a ball of radius one (a heuristic of Optax, not from the references).
+
+    Args:
+      memory_size: number of past differences kept.
+      scale_init_precond: scale the initial identity preconditioner by :math:`\gamma_k`.
+
+    Returns:
+      A :class:`GradientTransformation` with a :class:`ScaleByLBFGSState`; ``update`` needs
+      ``params``.
+
+    Raises:
+      ValueError: if ``memory_size < 1``.
+
+    References:
+      Algorithms 7.4 and 7.5 of Nocedal and Wright, `Numerical Optimization
+      <https://doi.org/10.1007/978-0-387-40065-5>`_, 1999.
+
+      Liu and Nocedal, `On the limited memory BFGS method for large scale optimization
+      <https://doi.org/10.1007/BF01589116>`_, 1989.
+    """
+    if memory_size < 1:
+        raise ValueError("memory_size must be >= 1")
+
+    def init_fn(params: base.Params) -> ScaleByLBFGSState:
+        leaves, spec = tm.flatten(params)
+        device = leaves[0].device if leaves else None
+        stacked_zeros = tm.unflatten(
+            spec, [torch.zeros((memory_size, *x.shape), dtype=x.dtype, device=x.device)
+                   for x in leaves])
+        return ScaleByLBFGSState(
+            count=torch.zeros([], dtype=torch.int32, device=device),
+            params=tm.unflatten(spec, tm.zeros_like(leaves)),
+            updates=tm.unflatten(spec, tm.zeros_like(leaves)),
+            diff_params_memory=stacked_zeros,
+            diff_updates_memory=tm.tree_map(torch.zeros_like, stacked_zeros),
+            weights_memory=torch.zeros(memory_size, dtype=tm.widest_real_dtype(leaves),
+                                       device=device))
+
+    def update_fn(updates: base.Updates, state: ScaleByLBFGSState,
+                  params: base.Params | None = None) -> tuple[base.Updates, ScaleByLBFGSState]:
+        if params is None:
+            raise ValueError(base.NO_PARAMS_MSG)
+        us, spec = tm.float_leaves(updates)
+        ws = tm.leaves_like(params, spec, "params", reference=updates)
+        prev_ws = tm.leaves_like(state.params, spec, "state.params", reference=updates)
+        prev_us = tm.leaves_like(state.updates, spec, "state.updates", reference=updates)
+        diff_params_memory = tm.leaves_like(state.diff_params_memory, spec,
+                                            "state.diff_params_memory", reference=updates)
+        diff_updates_memory = tm.leaves_like(state.diff_updates_memory, spec,
+                                             "state.diff_updates_memory", reference=updates)
+        count = state.count
+        memory_idx = torch.remainder(count, memory_size)
+        prev_memory_idx = torch.remainder(count - 1, memory_size).reshape(1).long()
+        started = count > 0
+
+        # 1. Store the newest differences (undefined, hence zero, at the first step).
+        diff_params = tm.where(started, tm.sub(ws, prev_ws), tm.zeros_like(ws))
+        diff_updates = tm.where(started, tm.sub(us, prev_us), tm.zeros_like(us))
+        curvature = _vdot(diff_updates, diff_params)
+        weight = torch.where(curvature == 0.0, 0.0, 1.0 / curvature)
+        diff_params_memory = [buffer.index_copy(0, prev_memory_idx, d.unsqueeze(0))
+                              for buffer, d in zip(diff_params_memory, diff_params)]
+        diff_updates_memory = [buffer.index_copy(0, prev_memory_idx, d.unsqueeze(0))
+                               for buffer, d in zip(diff_updates_memory, diff_updates)]
+        weights_memory = state.weights_memory.index_copy(
+            0, prev_memory_idx, weight.reshape(1).to(state.weights_memory.dtype))
+
+        # 2. The scale gamma_k of the initial preconditioner.
+        if scale_init_precond:
+            sq_norm = tm.sum_of_squares(diff_updates)
+            secant_scale = torch.where(sq_norm > 0.0, curvature / sq_norm, 1.0)
+            update_norm = torch.sqrt(tm.sum_of_squares([u.detach() for u in us]))
+            capped_inv_norm = torch.clamp(1.0 / update_norm, max=1.0)
+            identity_scale = torch.where(started, secant_scale, capped_inv_norm)
+        else:
+            identity_scale = 1.0
+
+        # 3. The two-loop recursion computes P_k u_k.
+        precond_updates = _precondition_by_lbfgs(us, diff_params_memory, diff_updates_memory,
+                                                 weights_memory, identity_scale, memory_idx)
+        # Copies: later in-place edits of the caller's tensors must not change the memory.
+        return tm.unflatten(spec, precond_updates), ScaleByLBFGSState(
+            count=numerics.safe_increment(count),
+            params=tm.unflatten(spec, tm.clone(ws)),
+            updates=tm.unflatten(spec, tm.clone(us)),
+            diff_params_memory=tm.unflatten(spec, diff_params_memory),
+            diff_updates_memory=tm.unflatten(spec, diff_updates_memory),
+            weights_memory=weights_memory)
+
+    return base.GradientTransformation(init_fn, update_fn)
