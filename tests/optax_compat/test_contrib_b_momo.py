@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from optax_compat.contrib import _momo
-from tests.helpers import compare_with_optax, make_tree
+from tests.helpers import compare_with_optax, jit_optax, make_tree
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -22,7 +22,7 @@ def _losses(dtype):
     {"learning_rate": 0.5, "weight_decay": 0.05, "adapt_lower_bound": True},
 ], ids=["default", "decay", "adapt", "adapt_decay"])
 def test_momo_matches_optax(dtype, kwargs):
-    compare_with_optax(_momo.momo(**kwargs), lambda: optax.contrib.momo(**kwargs), dtype,
+    compare_with_optax(_momo.momo(**kwargs), lambda: jit_optax(optax.contrib.momo(**kwargs)), dtype,
                        steps=6, extra_args=_losses(dtype))
 
 
@@ -34,7 +34,8 @@ def test_momo_matches_optax(dtype, kwargs):
     {"learning_rate": 0.5, "eps": 1e-3, "weight_decay": 0.05, "adapt_lower_bound": True},
 ], ids=["default", "decay", "adapt", "adapt_decay"])
 def test_momo_adam_matches_optax(dtype, kwargs):
-    compare_with_optax(_momo.momo_adam(**kwargs), lambda: optax.contrib.momo_adam(**kwargs),
+    compare_with_optax(_momo.momo_adam(**kwargs),
+                       lambda: jit_optax(optax.contrib.momo_adam(**kwargs)),
                        dtype, steps=6, extra_args=_losses(dtype))
 
 
