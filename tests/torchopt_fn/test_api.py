@@ -58,8 +58,9 @@ def test_signatures_follow_torchopt(name):
 
 
 def test_submodules_are_reachable():
-    for module in ("alias", "base", "clip", "combine", "diff", "hook", "linalg", "linear_solve",
-                   "nn", "optim", "pytree", "schedule", "transform", "typing", "visual"):
+    for module in ("alias", "base", "clip", "combine", "diff", "distributed", "hook", "linalg",
+                   "linear_solve", "nn", "optim", "pytree", "schedule", "transform", "typing",
+                   "visual"):
         assert getattr(torchopt, module).__name__ == f"torchopt_fn.{module}"
     assert torchopt.optim.meta.MetaAdam is torchopt.MetaAdam
     assert torchopt.Adamax is torchopt.AdaMax and torchopt.MetaRMSprop is torchopt.MetaRMSProp
