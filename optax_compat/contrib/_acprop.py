@@ -1,0 +1,109 @@
+"""ACProp: AdaBelief with an asynchronous (one step old) denominator.
+
+Mirrors ``optax/contrib/_acprop.py``. The arithmetic runs over lists of leaves through
+:mod:`optax_compat._src.tree_math`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+import torch
+
+from optax_compat._src import base, numerics, transform
+from optax_compat._src import tree_math as tm
+from optax_compat.transforms import _adding, _combining
+
+Scalar = Union[float, torch.Tensor]
+
+
+def scale_by_acprop(
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-16,
+    eps_root: Scalar = 1e-16,
+) -> base.GradientTransformation:
+    """Rescales updates by ACProp: the gradient over the root of the *previous* belief moment.
+
+    See :func:`acprop` for the algorithm.
+
+    Args:
+      b1: decay of the first moment.
+      b2: decay of the second central moment (the squared prediction error).
+      eps: added to the denominator outside the square root.
+      eps_root: added to the second central moment (keep it non-zero to differentiate
+        through the update).
+
+    Returns:
+      A transformation whose state is a :class:`~optax_compat.ScaleByBeliefState`.
+    """
+
+    def init_fn(params: base.Params) -> transform.ScaleByBeliefState:
+        return transform.ScaleByBeliefState(count=transform._zero_count(params),
+                                            mu=transform._zeros(params),
+                                            nu=transform._zeros(params))
+
+    def update_fn(updates: base.Updates, state: transform.ScaleByBeliefState,
+                  params: Optional[base.Params] = None):
+        del params
+        gs, spec = tm.float_leaves(updates)
+        mus = transform._state_leaves(state.mu, spec, updates, "state.mu")
+        nus = transform._state_leaves(state.nu, spec, updates, "state.nu")
+        new_mus = transform._update_moment(mus, gs, b1)
+        # The prediction error is measured against the moment *before* this gradient.
+        errors = tm.sub(gs, mus)
+        new_nus = tm.add(transform._update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+        count_inc = numerics.safe_increment(state.count)
+        # The denominator uses the previous moment; at the first step (no moment yet) it is
+        # one, and the bias correction uses count 1 there so nothing divides by zero.
+        initial = state.count == 0
+        previous_count = torch.where(initial, count_inc, state.count)
+        nu_hats = transform._debias(nus, transform._bias_correction(b2, previous_count, nus))
+        nu_hats = [torch.where(initial, 1.0, nu_hat) for nu_hat in nu_hats]
+        scaled = tm.div(gs, tm.add(tm.sqrt(nu_hats), eps))
+        return tm.unflatten(spec, scaled), transform.ScaleByBeliefState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def acprop(
+    learning_rate: base.ScalarOrSchedule,
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-16,
+    eps_root: Scalar = 1e-16,
+    weight_decay: Scalar = 0.0,
+    mask: Optional[Union[Any, Callable[[base.Params], Any]]] = None,
+) -> base.GradientTransformationExtraArgs:
+    r"""The ACProp optimizer: momentum centering with an asynchronous update.
+
+    With :math:`m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t`,
+    :math:`s_t = \beta_2 s_{t-1} + (1 - \beta_2)(g_t - m_{t-1})^2 + \bar\varepsilon` and
+    :math:`\hat s_t = s_t / (1 - \beta_2^t)`, the update is
+    :math:`-\alpha_t\, g_t / (\sqrt{\hat s_{t-1}} + \varepsilon)`: the denominator only uses
+    information up to the previous step (it is one at the first step).
+
+    Args:
+      learning_rate: a fixed step size or a schedule of the step count.
+      b1: decay of the first moment.
+      b2: decay of the second central moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added to the second central moment.
+      weight_decay: strength of the decoupled weight decay (multiplied by the learning rate).
+      mask: a tree of booleans (or a function of the params returning one) selecting the
+        leaves that are decayed.
+
+    Returns:
+      The optimizer as a gradient transformation.
+
+    References:
+      Zhuang et al, `Momentum Centering and Asynchronous Update for Adaptive Gradient Methods
+      <https://arxiv.org/abs/2110.05454>`_, 2021.
+    """
+    return _combining.chain(
+        scale_by_acprop(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
+        _adding.add_decayed_weights(weight_decay, mask),
+        transform.scale_by_learning_rate(learning_rate),
+    )

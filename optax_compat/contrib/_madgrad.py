@@ -1,0 +1,115 @@
+"""MADGRAD: a momentumized, adaptive, dual-averaged gradient method.
+
+Mirrors ``optax/contrib/_madgrad.py``. The arithmetic runs over lists of leaves through
+:mod:`optax_compat._src.tree_math`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from optax_compat._src import base, numerics, transform
+from optax_compat._src import tree_math as tm
+from optax_compat.transforms import _adding, _combining
+
+
+class MadgradState(NamedTuple):
+    """The state of MADGRAD.
+
+    Attributes:
+      count: step count (0-d ``int32``).
+      grad_sum_sq: weighted sum of the squared gradients.
+      s: weighted sum of the gradients.
+      x0: the initial params.
+    """
+
+    count: torch.Tensor
+    grad_sum_sq: base.Updates
+    s: base.Updates
+    x0: base.Params
+
+
+def scale_by_madgrad(
+    learning_rate: base.ScalarOrSchedule,
+    momentum: float = 0.9,
+    eps: float = 1e-6,
+) -> base.GradientTransformation:
+    """Rescales updates by MADGRAD; the result is the displacement of the params.
+
+    With ``lamb = (lr + eps) * sqrt(k + 1)``: ``G += lamb * g**2``, ``s += lamb * g``,
+    ``z = x0 - s / (cbrt(G) + eps)`` and the new params are
+    ``(1 - momentum) * z + momentum * x``; the update is their difference with ``x``.
+
+    Args:
+      learning_rate: a fixed step size or a schedule of the step count.
+      momentum: weight of the current params in the new params.
+      eps: added to the learning rate and to the denominator.
+
+    Returns:
+      A transformation with a :class:`MadgradState`; ``update`` needs ``params``.
+
+    References:
+      Defazio et al, `Adaptivity without Compromise: A Momentumized, Adaptive, Dual Averaged
+      Gradient Method for Stochastic Optimization <https://arxiv.org/abs/2101.11075>`_, 2021.
+    """
+
+    def init_fn(params: base.Params) -> MadgradState:
+        xs, spec = tm.flatten(params)
+        return MadgradState(count=transform._zero_count(params),
+                            grad_sum_sq=transform._zeros(params), s=transform._zeros(params),
+                            x0=tm.unflatten(spec, tm.clone(xs)))
+
+    def update_fn(updates: base.Updates, state: MadgradState,
+                  params: Optional[base.Params] = None):
+        gs, spec = tm.float_leaves(updates)
+        ps = transform._params_leaves(params, spec, updates, "scale_by_madgrad")
+        sums_sq = transform._state_leaves(state.grad_sum_sq, spec, updates,
+                                          "state.grad_sum_sq")
+        sums = transform._state_leaves(state.s, spec, updates, "state.s")
+        initial = transform._state_leaves(state.x0, spec, updates, "state.x0")
+        rate = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        # ``jnp.sqrt`` of Optax's int32 ``count + 1`` is float32 whatever the precision mode.
+        root_steps = torch.sqrt((state.count + 1).to(torch.float32))
+        weight = tm.scalar_like((rate + eps) * root_steps, gs)
+        sums_sq = tm.add(sums_sq, tm.mul(tm.square(gs), weight))
+        sums = tm.add(sums, tm.mul(gs, weight))
+        # ``cbrt`` as a power: the accumulated squares are never negative.
+        sigmas = tm.add(tm.power(sums_sq, 1 / 3), eps)
+        duals = tm.sub(initial, tm.div(sums, sigmas))
+        new_params = tm.add(tm.mul(duals, 1 - momentum), tm.mul(ps, momentum))
+        return tm.unflatten(spec, tm.sub(new_params, ps)), MadgradState(
+            count=numerics.safe_increment(state.count), grad_sum_sq=tm.unflatten(spec, sums_sq),
+            s=tm.unflatten(spec, sums), x0=state.x0)
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def madgrad(
+    learning_rate: base.ScalarOrSchedule,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    eps: float = 1e-6,
+) -> base.GradientTransformationExtraArgs:
+    """The MADGRAD optimizer: dual averaging with momentum and a cube-root adaptive scaling.
+
+    Matches SGD with momentum on vision tasks and Adam on language tasks.
+
+    Args:
+      learning_rate: a fixed step size or a schedule of the step count.
+      momentum: weight of the current params in the new params.
+      weight_decay: strength of the L2 penalty added to the gradients.
+      eps: added to the learning rate and to the denominator.
+
+    Returns:
+      The optimizer as a gradient transformation.
+
+    References:
+      Defazio et al, `Adaptivity without Compromise: A Momentumized, Adaptive, Dual Averaged
+      Gradient Method for Stochastic Optimization <https://arxiv.org/abs/2101.11075>`_, 2021.
+    """
+    return _combining.chain(
+        _adding.add_decayed_weights(weight_decay),
+        scale_by_madgrad(learning_rate=learning_rate, momentum=momentum, eps=eps),
+    )
