@@ -51,6 +51,8 @@ def test_public_names_and_signatures_match_optax(name):
                 assert ours_params[p.name].default == p.default, p.name
     if hasattr(theirs, "_fields"):
         assert ours._fields == theirs._fields
+    if name in ("PerElementUpdates", "AggregatedUpdates"):
+        assert ours is ox.Updates
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -317,3 +317,19 @@ def test_accumulators_never_mutate_inputs():
         mb.microbatch(lambda b: b, argnums=0, microbatch_size=2, accumulator=accumulator)(batch)
     assert all(torch.equal(a, b) for a, b in zip(tree_math.leaves(batch),
                                                  tree_math.leaves(before)))
+
+
+def test_micro_vmap_prefix_in_axes_and_custom_vmap_fn():
+    tree = {"a": randn(torch.float64, 4, 3), "b": randn(torch.float64, 3, seed=1)}
+
+    def fun(np, t):
+        return np.sum(t["a"] * t["b"])
+
+    in_axes = ({"a": 0, "b": None},)
+    ours = mb.micro_vmap(functools.partial(fun, torch), in_axes=in_axes)(tree)
+    with jax_precision(torch.float64):
+        assert_close(ours, theirs_mb.micro_vmap(functools.partial(fun, jnp), in_axes=in_axes)(
+            to_jax(tree)), torch.float64)
+    x = randn(torch.float32, 2, 4, 8)
+    custom = mb.micro_vmap(torch.sum, in_axes=1, microbatch_size=2, vmap_fn=torch.func.vmap)(x)
+    assert_close(custom, x.sum(dim=(0, 2)), torch.float32)
