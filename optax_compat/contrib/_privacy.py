@@ -1,0 +1,133 @@
+"""Differentially private gradient aggregation and DP-SGD (mirrors ``optax/contrib/_privacy.py``).
+
+References:
+  Abadi et al., `Deep Learning with Differential Privacy <https://arxiv.org/abs/1607.00133>`_,
+  2016.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple, Optional
+
+import torch
+
+from optax_compat._src import base, transform, utils
+from optax_compat._src import tree_math as tm
+from optax_compat.transforms import _accumulation, _clipping, _combining
+from optax_compat.tree_utils import _random
+
+Scalar = transform.Scalar
+
+
+class DifferentiallyPrivateAggregateState(NamedTuple):
+    """State of :func:`differentially_private_aggregate`: the seed of the next noise draw.
+
+    Attributes:
+      rng_key: an ``int64`` 0-d seed tensor.
+    """
+
+    rng_key: torch.Tensor
+
+
+def differentially_private_aggregate(
+    l2_norm_clip: Scalar,
+    noise_multiplier: Scalar,
+    key: Optional[utils.KeyLike] = None,
+    *,
+    seed: Optional[int] = None,
+) -> base.GradientTransformation:
+    """Clips per-example gradients, sums them, adds Gaussian noise and averages (DP-SGD).
+
+    Unlike other transformations, ``update`` expects *per-example* gradients: every leaf has
+    the examples on axis 0 (``torch.func.vmap(torch.func.grad(loss))`` gives them). Each
+    example's gradient is clipped to global norm ``l2_norm_clip``, the clipped gradients are
+    summed, noise of standard deviation ``l2_norm_clip * noise_multiplier`` is added, and the
+    result is divided by the batch size. Put it first in a chain; accumulation wrappers such
+    as ``MultiSteps`` do not compose with it.
+
+    Args:
+      l2_norm_clip: the largest L2 norm of one example's gradient.
+      noise_multiplier: the noise standard deviation relative to ``l2_norm_clip``.
+      key: an int seed or a ``torch.Generator`` (drawn from once, here) for the noise.
+      seed: deprecated alias of ``key``.
+
+    Returns:
+      A :class:`~optax_compat.GradientTransformation` with a
+      :class:`DifferentiallyPrivateAggregateState`.
+
+    Raises:
+      ValueError: if both ``key`` and ``seed`` are given.
+
+    References:
+      Abadi et al., `Deep Learning with Differential Privacy
+      <https://arxiv.org/abs/1607.00133>`_, 2016.
+    """
+    if seed is not None:
+        warnings.warn('"seed" is deprecated, use "key".', DeprecationWarning, stacklevel=2)
+        if key is not None:
+            raise ValueError("Only one of seed or key can be specified.")
+        key = seed
+    if key is None:
+        warnings.warn("differentially_private_aggregate: no key given, using key=0.",
+                      stacklevel=2)
+        key = 0
+    # Canonicalised once, so that every ``init`` starts the same stream even from a generator.
+    initial_key = utils.canonicalize_key(key)
+    noise_std = l2_norm_clip * noise_multiplier
+
+    def init_fn(params: base.Params) -> DifferentiallyPrivateAggregateState:
+        device = transform._zero_count(params).device
+        return DifferentiallyPrivateAggregateState(rng_key=initial_key.to(device, copy=True))
+
+    def update_fn(updates: base.Updates, state: DifferentiallyPrivateAggregateState,
+                  params: Optional[base.Params] = None,
+                  ) -> tuple[base.Updates, DifferentiallyPrivateAggregateState]:
+        del params
+        grads, spec = tm.flatten(updates)
+        batch_size = grads[0].shape[0]
+        clipped, _ = _clipping.per_example_global_norm_clip(grads, l2_norm_clip)
+        next_key, sample_key = utils.split_key(state.rng_key)
+        noise = tm.leaves(_random.tree_random_like(sample_key, clipped))
+        noised = tm.div(tm.add(clipped, tm.mul(noise, noise_std)), batch_size)
+        next_key = next_key.to(state.rng_key.device)
+        return tm.unflatten(spec, noised), DifferentiallyPrivateAggregateState(next_key)
+
+    return base.GradientTransformation(init_fn, update_fn)
+
+
+def dpsgd(
+    learning_rate: base.ScalarOrSchedule,
+    l2_norm_clip: Scalar,
+    noise_multiplier: Scalar,
+    seed: int,
+    momentum: Optional[Scalar] = None,
+    nesterov: bool = False,
+) -> base.GradientTransformation:
+    """DP-SGD: SGD (with optional momentum) on differentially private aggregated gradients.
+
+    ``update`` expects per-example gradients, with the examples on axis 0 of every leaf (see
+    :func:`differentially_private_aggregate`).
+
+    Args:
+      learning_rate: the step size or its schedule.
+      l2_norm_clip: the largest L2 norm of one example's gradient.
+      noise_multiplier: the noise standard deviation relative to ``l2_norm_clip``.
+      seed: the seed of the noise (an int or a ``torch.Generator``).
+      momentum: decay of the momentum trace; none when ``None``.
+      nesterov: use Nesterov momentum.
+
+    Returns:
+      A :class:`~optax_compat.GradientTransformation`.
+
+    References:
+      Abadi et al., `Deep Learning with Differential Privacy
+      <https://arxiv.org/abs/1607.00133>`_, 2016.
+    """
+    return _combining.chain(
+        differentially_private_aggregate(l2_norm_clip=l2_norm_clip,
+                                         noise_multiplier=noise_multiplier, key=seed),
+        (_accumulation.trace(decay=momentum, nesterov=nesterov)
+         if momentum is not None else base.identity()),
+        transform.scale_by_learning_rate(learning_rate),
+    )
