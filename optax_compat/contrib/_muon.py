@@ -77,15 +77,15 @@ def _fan_in_and_out(x: torch.Tensor, dim_nums: MuonDimensionNumbers) -> tuple[in
 
 def _resolve_dim_nums(weight_dimension_numbers: Optional[WeightDimNumOrFn],
                       updates: base.Updates) -> list[Any]:
-    """One dimension-number entry (a spec, ``None`` or ``MaskedNode``) per leaf of ``updates``.
+    """One dimension-number entry (a spec or ``None``) per leaf of ``updates``.
 
-    A callable is called on the updates (only shapes matter). ``None`` stands for the default
-    spec of every leaf, as documented by Optax (whose 0.2.8 code accepts it only for a params
-    tree that is a single array).
+    A callable is called on the updates (only shapes matter). ``None`` gives ``None`` for every
+    leaf: each must be a matrix (Optax 0.2.8 accepts ``None`` only when the params are a
+    single array, with that meaning).
     """
     spec = tm.treespec(updates)
     if weight_dimension_numbers is None:
-        return [MuonDimensionNumbers()] * spec.num_leaves
+        return [None] * spec.num_leaves
     dim_nums = (weight_dimension_numbers(updates) if callable(weight_dimension_numbers)
                 else weight_dimension_numbers)
     try:
@@ -257,8 +257,9 @@ def scale_by_shape(
       A stateless transformation.
     """
 
-    def factor(x: torch.Tensor, dim_nums: MuonDimensionNumbers) -> Any:
-        fan_in, fan_out = _fan_in_and_out(x, dim_nums)
+    def factor(x: torch.Tensor, dim_nums: Optional[MuonDimensionNumbers]) -> Any:
+        fan_in, fan_out = _fan_in_and_out(x, MuonDimensionNumbers() if dim_nums is None
+                                          else dim_nums)
         if consistent_rms is None:
             return math.sqrt(max(1, fan_out / fan_in))
         return math.sqrt(max(fan_in, fan_out)) * consistent_rms

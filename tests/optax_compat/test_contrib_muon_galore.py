@@ -1,0 +1,425 @@
+"""muon and galore (optax.contrib) against real Optax.
+
+Tolerances:
+* Muon, float32: rtol 1e-4 instead of the usual 1e-5. Five Newton-Schulz steps are fifteen
+  float32 matrix products whose accumulation order differs between MKL (torch) and XLA; the
+  adaptive dual-norm scaling then multiplies by a sum over the whole leaf (updates of size ~5,
+  hence also atol 1e-5 for params that cancel to near zero). float64 keeps 1e-10.
+* GaLore: Optax computes the SVD in float32 even for float64 params, and jaxlib (OpenBLAS
+  LAPACK) and torch (MKL) round it differently and may pick opposite signs for a singular
+  vector. Steps that run an SVD are compared with float32-level tolerances and projectors up
+  to the sign of each column (the low-rank Adam moment up to the same signs). Steps that do
+  not refresh the projector are compared exactly (1e-10 in float64) by starting both worlds
+  from Optax's own state.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import numpy as np
+import optax
+import optax.contrib as optax_contrib
+import optree
+import pytest
+import torch
+
+import optax_compat as ox
+from optax_compat._src import tree_math as tm
+from optax_compat.contrib import _galore, _muon
+from tests import helpers
+from tests.helpers import (
+    assert_close,
+    compare_with_optax,
+    jax_precision,
+    jit_optax,
+    to_jax,
+    to_torch,
+)
+
+DTYPES = [torch.float32, torch.float64]
+MUON_FLOAT32_RTOL = 1e-4
+MUON_FLOAT32_ATOL = 1e-5
+SVD_RTOL = {torch.float32: 1e-4, torch.float64: 1e-5}
+SVD_ATOL = 1e-6
+
+
+def _rand_tree(shapes: dict, dtype: torch.dtype, seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return {name: torch.randn(shape, generator=generator, dtype=dtype)
+            for name, shape in shapes.items()}
+
+
+MUON_SHAPES = {"w": (6, 4), "v": (4, 6), "u": (4, 6), "conv": (3, 2, 5, 4), "attn": (4, 3, 5),
+               "b": (4,), "s": ()}
+
+
+def _muon_tree(dtype: torch.dtype, seed: int) -> dict:
+    return {**_rand_tree(MUON_SHAPES, dtype, seed), "empty": None}
+
+
+def _muon_dim_nums(module) -> dict:
+    dims = module.MuonDimensionNumbers
+    # conv: (in, in, batch, out); attn: (batch, in, out) with negative axes.
+    return {"w": dims(), "v": dims(), "u": dims(1, 0), "conv": dims((0, 1), 3),
+            "attn": dims(-2, -1), "b": None, "s": None, "empty": None}
+
+
+@pytest.fixture
+def muon_float32_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(helpers.RTOL, torch.float32, MUON_FLOAT32_RTOL)
+    monkeypatch.setitem(helpers.ATOL, torch.float32, MUON_FLOAT32_ATOL)
+
+
+MUON_CONFIGS = {
+    "default": {},
+    "plain_momentum_adaptive": {"nesterov": False, "ns_steps": 3, "beta": 0.9,
+                                "adaptive": True},
+    "aol_dion": {"preconditioning": "aol", "ns_coeffs": "dion"},
+    "schatten_per_step_coeffs": {"preconditioning": "schatten", "ns_steps": 2,
+                                 "ns_coeffs": ((3.0, -3.2, 1.2), (2.0, -1.5, 0.5))},
+    "spectral_decay_mask_rms_adam": {
+        "preconditioning": "spectral", "weight_decay": 0.1, "consistent_rms": 0.2,
+        "eps": 1e-6, "weight_decay_mask": {"w": True, "v": False, "u": True, "conv": False,
+                                           "attn": True, "b": True, "s": False, "empty": None},
+        "adam_b1": 0.8, "adam_b2": 0.99, "adam_eps_root": 1e-8, "adam_weight_decay": 0.05,
+        "adam_learning_rate": 0.03},
+}
+# float32 runs of the configurations that exercise different float32 kernels.
+MUON_CASES = [(config, torch.float64) for config in MUON_CONFIGS] + [
+    ("default", torch.float32), ("plain_momentum_adaptive", torch.float32),
+    ("schatten_per_step_coeffs", torch.float32)]
+
+
+@pytest.mark.usefixtures("muon_float32_tolerance")
+@pytest.mark.parametrize(("config", "dtype"), MUON_CASES, ids=str)
+def test_muon_matches_optax(config, dtype):
+    kwargs = MUON_CONFIGS[config]
+    compare_with_optax(
+        _muon.muon(0.1, **kwargs, muon_weight_dimension_numbers=_muon_dim_nums(_muon)),
+        lambda: jit_optax(optax_contrib.muon(
+            0.1, **kwargs, muon_weight_dimension_numbers=_muon_dim_nums(optax_contrib))),
+        dtype, steps=3, params=_muon_tree(dtype, 0),
+        grads=[_muon_tree(dtype, seed) for seed in (1, 2, 3)])
+
+
+@pytest.mark.usefixtures("muon_float32_tolerance")
+@pytest.mark.parametrize("dtype", [torch.float64], ids=str)
+def test_muon_default_labels_and_schedule_match_optax(dtype):
+    """No dimension numbers: Muon for the 2-D leaves, Adam for the rest (including 3-D)."""
+    shapes = {"w": (5, 3), "v": (3, 3), "t": (2, 3, 4), "b": (3,), "s": ()}
+    trees = [{**_rand_tree(shapes, dtype, seed), "empty": None} for seed in range(4)]
+    compare_with_optax(
+        _muon.muon(ox.linear_schedule(0.1, 0.01, 3), nesterov=False),
+        lambda: jit_optax(optax_contrib.muon(optax.linear_schedule(0.1, 0.01, 3),
+                                             nesterov=False)),
+        dtype, steps=3, params=trees[0], grads=trees[1:])
+
+
+@pytest.mark.usefixtures("muon_float32_tolerance")
+@pytest.mark.parametrize("dtype", [torch.float32], ids=str)
+def test_muon_callable_prefix_dimension_numbers_match_optax(dtype):
+    """A callable returning a prefix tree: one spec covers a whole subtree."""
+    shapes = {"w": (4, 5), "v": (5, 4)}
+
+    def tree(seed: int) -> dict:
+        return {"dense": _rand_tree(shapes, dtype, seed), "b": torch.ones(3, dtype=dtype)}
+
+    def dim_nums(module):
+        return lambda params: {"dense": module.MuonDimensionNumbers(), "b": None}
+
+    compare_with_optax(
+        _muon.muon(0.05, muon_weight_dimension_numbers=dim_nums(_muon)),
+        lambda: jit_optax(optax_contrib.muon(
+            0.05, muon_weight_dimension_numbers=dim_nums(optax_contrib))),
+        dtype, steps=3, params=tree(0), grads=[tree(seed) for seed in (1, 2, 3)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("preconditioning", ["frobenius", "aol", "schatten"])
+def test_orthogonalize_matches_optax_and_batches_exactly(dtype, preconditioning):
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 6, 4, generator=generator, dtype=dtype)
+    coeffs = torch.tensor(_muon._DEFAULT_NS_COEFFS, dtype=dtype)
+    dims = _muon.MuonDimensionNumbers(1, 2)
+    ours = _muon.orthogonalize_via_newton_schulz(x, coeffs, 5, preconditioning,
+                                                 dimension_numbers=dims)
+    with jax_precision(dtype):
+        theirs = optax_contrib._muon.orthogonalize_via_newton_schulz(
+            to_jax(x), to_jax(coeffs), 5, preconditioning,
+            dimension_numbers=optax_contrib.MuonDimensionNumbers(1, 2))
+        assert_close(ours, theirs, dtype, rtol=helpers.RTOL[dtype] * 10)
+    # Stacking the three matrices computes what orthogonalizing each one alone does.
+    for index in range(3):
+        alone = _muon.orthogonalize_via_newton_schulz(x[index], coeffs, 5, preconditioning)
+        torch.testing.assert_close(ours[index], alone, rtol=helpers.RTOL[dtype],
+                                   atol=helpers.ATOL[dtype])
+    # The iterate is nearly orthogonal: singular values close to one.
+    singular_values = torch.linalg.svdvals(ours.double())
+    assert singular_values.min() > 0.5 and singular_values.max() < 1.5
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_scale_by_muon_callable_dims_and_mu_dtype(dtype):
+    params = {"m": torch.randn(4, 6, dtype=dtype), "t": torch.randn(2, 3, 4, dtype=dtype)}
+
+    def dims(module):
+        return lambda updates: {"m": module.MuonDimensionNumbers(),
+                                "t": module.MuonDimensionNumbers(1, 2)}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(helpers.RTOL, torch.float32, MUON_FLOAT32_RTOL)
+        patch.setitem(helpers.ATOL, torch.float32, MUON_FLOAT32_ATOL)
+        compare_with_optax(
+            _muon.scale_by_muon(beta=0.8, weight_dimension_numbers=dims(_muon)),
+            lambda: jit_optax(optax_contrib.scale_by_muon(
+                beta=0.8, weight_dimension_numbers=dims(optax_contrib))),
+            dtype, steps=3, params=params,
+            grads=[optree.tree_map(torch.randn_like, params) for _ in range(3)])
+    tx = _muon.scale_by_muon(mu_dtype=torch.float64, weight_dimension_numbers=dims(_muon))
+    state = tx.init(params)
+    _, state = tx.update(params, state)
+    assert state.mu["m"].dtype == torch.float64 and state.count.dtype == torch.int32
+
+
+def test_muon_state_layout():
+    params = {"w": torch.randn(3, 4)}
+    state = _muon.scale_by_muon(ns_coeffs=_muon._DION_NS_COEFFS).init(params)
+    assert isinstance(state, _muon.MuonState)
+    assert state._fields == ("count", "mu", "ns_coeffs")
+    assert state.ns_coeffs.shape == (5, 3) and state.ns_coeffs.dtype == torch.float32
+    assert state.count.dtype == torch.int32 and state.count.shape == ()
+    assert _muon.MuonDimensionNumbers() == (0, 1)
+
+
+def test_muon_errors():
+    with pytest.raises(ValueError, match="Unknown preconditioning"):
+        _muon.scale_by_muon(preconditioning="bogus")
+    with pytest.raises(ValueError, match="preset"):
+        _muon.muon(0.1, ns_coeffs="bogus")
+    with pytest.raises(ValueError, match="Not enough coeffs"):
+        _muon.scale_by_muon(ns_coeffs=_muon._DION_NS_COEFFS, ns_steps=3).init(torch.ones(2, 2))
+    with pytest.raises(ValueError, match="shape"):
+        _muon.scale_by_muon(ns_coeffs=(1.0, 2.0)).init(torch.ones(2, 2))
+    tx = _muon.scale_by_muon()  # no dimension numbers: every leaf must be a matrix
+    cube = torch.ones(2, 3, 4)
+    with pytest.raises(ValueError, match="dimension numbers must be provided"):
+        tx.update(cube, tx.init(cube))
+    overlapping = _muon.scale_by_muon(weight_dimension_numbers=_muon.MuonDimensionNumbers(0, -3))
+    with pytest.raises(ValueError, match="disjoint"):
+        overlapping.update(cube, overlapping.init(cube))
+
+
+def _leaves(tree):
+    return optree.tree_leaves(tree, none_is_leaf=False)
+
+
+@pytest.mark.parametrize("make_tx", [
+    lambda: _muon.muon(0.1, adaptive=True, weight_decay=0.1,
+                       muon_weight_dimension_numbers=_muon_dim_nums(_muon)),
+    lambda: _galore.galore(0.1, rank=2, update_proj_gap=2, weight_decay=0.1),
+], ids=["muon", "galore"])
+def test_update_is_pure(make_tx):
+    tx = make_tx()
+    params = _muon_tree(torch.float32, 0)
+    grads = [_muon_tree(torch.float32, seed) for seed in (1, 2)]
+    state = tx.init(params)
+    for grad in grads:
+        snapshot = [x.clone() for x in _leaves((grad, state, params))]
+        _, new_state = tx.update(grad, state, params)
+        assert all(torch.equal(a, b) for a, b in zip(_leaves((grad, state, params)), snapshot))
+        state = new_state
+
+
+def test_muon_is_differentiable():
+    """The update is a differentiable function of the gradients (no in-place writes)."""
+    grads = {"w": torch.randn(4, 5, dtype=torch.float64, requires_grad=True),
+             "b": torch.randn(5, dtype=torch.float64, requires_grad=True)}
+    tx = _muon.muon(0.1)
+    params = optree.tree_map(lambda g: torch.zeros_like(g.detach()), grads)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    sum(u.square().sum() for u in _leaves(updates)).backward()
+    assert all(torch.isfinite(g.grad).all() and g.grad.abs().sum() > 0 for g in _leaves(grads))
+
+
+@pytest.mark.parametrize("name", ["muon", "scale_by_muon", "galore", "scale_by_galore"])
+def test_signatures_match_optax(name):
+    module = _muon if "muon" in name else _galore
+    ours = inspect.signature(getattr(module, name)).parameters
+    theirs = inspect.signature(getattr(optax_contrib, name)).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.values()]
+    for state in ("MuonState", "MuonDimensionNumbers", "GaLoreState", "GaLoreDimensionNumbers"):
+        module = _muon if "Muon" in state else _galore
+        assert getattr(module, state)._fields == getattr(optax_contrib, state)._fields
+        assert getattr(module, state)._field_defaults == getattr(
+            optax_contrib, state)._field_defaults
+
+
+# ----------------------------------------------------------------------------------------------
+# GaLore.
+
+GALORE_SHAPES = {"w": (6, 4), "v": (3, 7), "attn": (5, 2, 3), "b": (4,), "s": ()}
+# Which projected leaves use left singular vectors (their matrix has rows >= cols).
+GALORE_LEFT = {"w": True, "v": False, "attn": False}
+
+
+def _galore_grads(dtype: torch.dtype, steps: int) -> list[dict]:
+    return [_rand_tree(GALORE_SHAPES, dtype, seed) for seed in range(1, steps + 1)]
+
+
+def _galore_dim_nums(module) -> dict:
+    dims = module.GaLoreDimensionNumbers
+    return {"w": dims(), "v": dims(), "attn": dims(0, (1, 2)), "b": None, "s": None}
+
+
+GALORE_CONFIGS = {
+    "default_dims": ({"rank": 2}, False),
+    "dims_decay_scale": ({"rank": 3, "scale": 0.5, "weight_decay": 0.1,
+                          "mask": {"w": True, "v": False, "attn": True, "b": False,
+                                   "s": True}}, True),
+    "rank_above_shape": ({"rank": 10}, True),
+}
+
+
+def _column_signs(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    return torch.sign((ours * theirs).sum(dim=0))
+
+
+def _assert_galore_state_close(ours, theirs, dtype, what: str) -> None:
+    """Compares GaLore states with each projector column (and Adam moment) up to its sign."""
+    ours_galore, theirs_galore = ours[0], to_torch(theirs[0])
+    assert_close(ours[1:], theirs[1:], dtype, what=f"{what} outer states")
+    assert_close(ours_galore.count, theirs_galore.count, dtype)
+    ours_adam, theirs_adam = ours_galore.base_optimizer_state, theirs_galore.base_optimizer_state
+    assert_close(ours_adam.nu, theirs_adam.nu, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                 what=f"{what} nu")
+    for name in GALORE_SHAPES:
+        projector, their_projector = ours_galore.projector[name], theirs_galore.projector[name]
+        mu, their_mu = ours_adam.mu[name], theirs_adam.mu[name]
+        if projector.numel():
+            signs = _column_signs(projector, their_projector.to(projector.dtype))
+            projector = projector * signs
+            mu = mu * (signs[:, None] if GALORE_LEFT[name] else signs)
+        assert_close(projector, their_projector, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                     what=f"{what} projector {name}")
+        assert_close(mu, their_mu, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                     what=f"{what} mu {name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", list(GALORE_CONFIGS))
+def test_galore_matches_optax_up_to_svd_signs(dtype, config):
+    """One SVD at step 0, then four steps in the fixed subspace; full trajectories compared."""
+    kwargs, with_dims = GALORE_CONFIGS[config]
+    ours_tx = _galore.galore(0.1, update_proj_gap=100, **kwargs,
+                             weight_dimension_numbers=_galore_dim_nums(_galore) if with_dims
+                             else None)
+    params, grads = _rand_tree(GALORE_SHAPES, dtype, 0), _galore_grads(dtype, 5)
+    with jax_precision(dtype):
+        theirs_tx = jit_optax(optax_contrib.galore(
+            0.1, update_proj_gap=100, **kwargs,
+            weight_dimension_numbers=_galore_dim_nums(optax_contrib) if with_dims else None))
+        ours_state, theirs_params = ours_tx.init(params), to_jax(params)
+        theirs_state = theirs_tx.init(theirs_params)
+        helpers.assert_same_state_types(ours_state, theirs_state)
+        assert_close(ours_state, theirs_state, dtype, what="init")
+        for step, grad in enumerate(grads):
+            updates, ours_state = ours_tx.update(grad, ours_state, params)
+            their_updates, theirs_state = theirs_tx.update(to_jax(grad), theirs_state,
+                                                           theirs_params)
+            assert_close(updates, their_updates, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                         what=f"updates step {step}")
+            _assert_galore_state_close(ours_state, theirs_state, dtype, f"step {step}")
+            helpers.assert_same_state_types(ours_state, theirs_state)
+            params = ox.apply_updates(params, updates)
+            theirs_params = optax.apply_updates(theirs_params, their_updates)
+
+
+def _ours_from_theirs(ours_like, theirs):
+    """Optax's state as a state of ours (same leaves in the same order)."""
+    return tm.unflatten(tm.treespec(ours_like),
+                        [torch.from_numpy(np.array(x)) for x in jax.tree.leaves(theirs)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("base", ["adam", "lion"])
+def test_galore_steps_between_refreshes_match_optax_exactly(dtype, base):
+    """From Optax's state after its SVD step, every non-refresh step agrees to 1e-10."""
+    def make(module, optax_module):
+        base_tx = (optax_module.scale_by_adam(b1=0.8) if base == "adam"
+                   else optax_module.scale_by_lion(b1=0.8, b2=0.95))
+        return module.galore(0.1, rank=2, update_proj_gap=4, base_optimizer=base_tx,
+                             weight_decay=0.05,
+                             weight_dimension_numbers=_galore_dim_nums(module))
+
+    grads = _galore_grads(dtype, 4)
+    ours_tx = make(_galore, ox)
+    with jax_precision(dtype):
+        theirs_tx = jit_optax(make(optax_contrib, optax))
+        theirs_params = to_jax(_rand_tree(GALORE_SHAPES, dtype, 0))
+        theirs_state = theirs_tx.init(theirs_params)
+        their_updates, theirs_state = theirs_tx.update(to_jax(grads[0]), theirs_state,
+                                                       theirs_params)
+        theirs_params = optax.apply_updates(theirs_params, their_updates)
+        ours_state = _ours_from_theirs(ours_tx.init(to_torch(theirs_params)), theirs_state)
+        params = to_torch(theirs_params)
+        for step, grad in enumerate(grads[1:], start=1):
+            updates, ours_state = ours_tx.update(grad, ours_state, params)
+            their_updates, theirs_state = theirs_tx.update(to_jax(grad), theirs_state,
+                                                           theirs_params)
+            assert_close(updates, their_updates, dtype, what=f"updates step {step}")
+            assert_close(ours_state, theirs_state, dtype, what=f"state step {step}")
+            params = ox.apply_updates(params, updates)
+            theirs_params = optax.apply_updates(theirs_params, their_updates)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_galore_refreshes_every_gap_steps(dtype):
+    """Projectors are the SVD of the gradient at steps 0, gap, 2 gap (as Optax's, up to sign)
+    and are kept in between."""
+    gap, steps = 2, 5
+    tx = _galore.scale_by_galore(rank=2, update_proj_gap=gap,
+                                 weight_dimension_numbers=_galore_dim_nums(_galore))
+    grads = _galore_grads(dtype, steps)
+    state = tx.init(grads[0])
+    with jax_precision(dtype):
+        their_tx = jit_optax(optax_contrib.scale_by_galore(
+            rank=2, update_proj_gap=gap, weight_dimension_numbers=_galore_dim_nums(optax_contrib)))
+        for step, grad in enumerate(grads):
+            previous = state.projector
+            _, state = tx.update(grad, state)
+            # Optax's projector at a refresh depends on the current gradient only.
+            their_state = their_tx.init(to_jax(grad))
+            _, their_state = their_tx.update(to_jax(grad), their_state)
+            for name in ("w", "v", "attn"):
+                projector = state.projector[name]
+                if step % gap:
+                    assert torch.equal(projector, previous[name])
+                    continue
+                assert projector.dtype == dtype
+                theirs = to_torch(their_state.projector[name]).to(dtype)
+                assert_close(projector * _column_signs(projector, theirs), theirs, dtype,
+                             rtol=SVD_RTOL[dtype], atol=SVD_ATOL, what=f"step {step} {name}")
+    assert state.count == steps and state.count.dtype == torch.int32
+
+
+def test_galore_state_shapes_and_errors():
+    params = {"w": torch.ones(6, 4), "v": torch.ones(3, 7), "b": torch.ones(4),
+              "t": torch.ones(2, 3, 4), "empty": None}
+    state = _galore.scale_by_galore(rank=2).init(params)
+    assert state.projector["w"].shape == (6, 2) and state.projector["v"].shape == (7, 2)
+    assert state.projector["b"].shape == (0, 0) and state.projector["t"].shape == (0, 0)
+    adam = state.base_optimizer_state
+    assert adam.mu["w"].shape == (2, 4) and adam.mu["v"].shape == (3, 2)
+    assert adam.mu["t"].shape == (2, 3, 4)
+    with pytest.raises(TypeError, match="rank"):
+        _galore.scale_by_galore(rank=2.0)
+    with pytest.raises(ValueError, match="positive"):
+        _galore.scale_by_galore(rank=0)
+    with pytest.raises(ValueError, match="All axes"):
+        _galore.scale_by_galore(weight_dimension_numbers=_galore.GaLoreDimensionNumbers()).init(
+            params)
+    empty = _galore.scale_by_galore().init({})
+    assert empty.projector == {} and empty.count.dtype == torch.int32
