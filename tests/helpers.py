@@ -220,13 +220,16 @@ def compare_function_with_optax(
     ours_fn: Callable[..., Any], theirs_fn: Callable[..., Any], args: Sequence[Any],
     kwargs: dict | None = None, dtype: torch.dtype = torch.float32,
     grad_argnums: Sequence[int] = (), rtol: float | None = None, atol: float | None = None,
+    jit: bool = True,
 ) -> None:
     """Calls a function of tensors and its Optax counterpart on the same numbers and compares.
 
     The outputs are compared leaf by leaf; for each index in ``grad_argnums`` the gradient of
     the sum of the first output with respect to that argument is compared too (torch
     autograd against ``jax.grad``). Tensors in ``args``/``kwargs`` become JAX arrays for
-    ``theirs_fn``, anything else is passed as is. Runs JAX in 64-bit mode for float64.
+    ``theirs_fn``, anything else is passed as is (static under ``jax.jit``). Runs JAX in 64-bit
+    mode for float64. ``jit`` compiles the Optax side once instead of op by op (much faster);
+    turn it off for functions that branch on values.
     """
     import jax
 
@@ -237,7 +240,15 @@ def compare_function_with_optax(
 
     with jax_precision(dtype):
         theirs_args, theirs_kwargs = _tensors_to_jax((tuple(args), kwargs))
-        assert_close(ours_fn(*args, **kwargs), theirs_fn(*theirs_args, **theirs_kwargs), dtype,
+        array_args = {i: a for i, a in enumerate(theirs_args) if isinstance(a, jax.Array)}
+        array_kwargs = {k: v for k, v in theirs_kwargs.items() if isinstance(v, jax.Array)}
+
+        def call(array_args: dict, array_kwargs: dict) -> Any:
+            call_args = [array_args.get(i, a) for i, a in enumerate(theirs_args)]
+            return theirs_fn(*call_args, **{**theirs_kwargs, **array_kwargs})
+
+        compile_ = jax.jit if jit else (lambda f: f)
+        assert_close(ours_fn(*args, **kwargs), compile_(call)(array_args, array_kwargs), dtype,
                      rtol, atol, what="outputs")
         for argnum in grad_argnums:
             leaf = args[argnum].detach().clone().requires_grad_(True)
@@ -245,9 +256,8 @@ def compare_function_with_optax(
             (ours_grad,) = torch.autograd.grad(first_sum(ours_fn(*ours_args, **kwargs)), leaf)
 
             def theirs_loss(x: Any, argnum: int = argnum) -> Any:
-                call_args = [x if i == argnum else a for i, a in enumerate(theirs_args)]
-                return first_sum(theirs_fn(*call_args, **theirs_kwargs))
+                return first_sum(call({**array_args, argnum: x}, array_kwargs))
 
-            theirs_grad = jax.grad(theirs_loss)(theirs_args[argnum])
+            theirs_grad = compile_(jax.grad(theirs_loss))(array_args[argnum])
             assert_close(ours_grad, theirs_grad, dtype, rtol, atol,
                          what=f"gradient wrt argument {argnum}")

@@ -1,0 +1,342 @@
+"""optax_compat.losses classification losses against real Optax, values and gradients."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import optax
+import pytest
+import torch
+
+import optax_compat.losses as losses
+from tests.helpers import compare_function_with_optax
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0,
+          scale: float = 1.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(shape, generator=generator, dtype=dtype)
+
+
+def randint(high: int, *shape: int, seed: int = 0,
+            dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, high, shape, generator=generator).to(dtype)
+
+
+def probabilities(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    return torch.softmax(randn(*shape, dtype=dtype, seed=seed), dim=-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, label_shape", [((), ()), ((5,), (5,)), ((2, 3), (2, 3)),
+                                                ((2, 3), (3,))])
+@pytest.mark.parametrize("soft", [False, True])
+def test_sigmoid_binary_cross_entropy(dtype, shape, label_shape, soft):
+    logits = randn(*shape, dtype=dtype, scale=3.0)
+    labels = (torch.rand(label_shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
+              if soft else randint(2, *label_shape, seed=1))
+    compare_function_with_optax(losses.sigmoid_binary_cross_entropy,
+                                optax.losses.sigmoid_binary_cross_entropy,
+                                (logits, labels), dtype=dtype, grad_argnums=(0,))
+
+
+def test_sigmoid_binary_cross_entropy_extreme_logits_and_integer_logits():
+    logits = torch.tensor([-200.0, -30.0, 0.0, 30.0, 200.0])
+    labels = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])
+    compare_function_with_optax(losses.sigmoid_binary_cross_entropy,
+                                optax.losses.sigmoid_binary_cross_entropy,
+                                (logits, labels), grad_argnums=(0,))
+    assert torch.isfinite(losses.sigmoid_binary_cross_entropy(logits, labels)).all()
+    with pytest.raises(TypeError, match="floating"):
+        losses.sigmoid_binary_cross_entropy(torch.tensor([1, 2]), labels[:2])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["hinge_loss", "perceptron_loss"])
+def test_binary_margin_losses(dtype, name):
+    outputs = randn(3, 4, dtype=dtype, scale=2.0)
+    targets = (2 * randint(2, 3, 4, seed=2) - 1).to(dtype)
+    compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
+                                (outputs, targets), dtype=dtype, grad_argnums=(0,))
+
+
+def test_perceptron_loss_refuses_to_broadcast():
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        losses.perceptron_loss(torch.ones(3, 4), torch.ones(4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sparsemax_loss(dtype):
+    logits = torch.linspace(-3, 3, 13, dtype=dtype) + 0.01
+    labels = randint(2, 13, seed=3)
+    compare_function_with_optax(losses.sparsemax_loss, optax.losses.sparsemax_loss,
+                                (logits, labels), dtype=dtype, grad_argnums=(0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("label_shape", [(3, 4), (4,)])
+def test_safe_softmax_cross_entropy(dtype, label_shape):
+    logits = randn(3, 4, dtype=dtype, scale=2.0)
+    labels = probabilities(*label_shape, dtype=dtype, seed=1)
+    compare_function_with_optax(losses.safe_softmax_cross_entropy,
+                                optax.losses.safe_softmax_cross_entropy,
+                                (logits, labels), dtype=dtype, grad_argnums=(0, 1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_safe_softmax_cross_entropy_minus_inf_logits_with_zero_labels(dtype):
+    inf = math.inf
+    logits = torch.tensor([[-inf, 0.0, 0.0], [-inf, 1.0, -2.0], [-inf, 0.0, -inf]],
+                          dtype=dtype)
+    labels = torch.tensor([[0.0, 0.5, 0.5], [0.0, 0.3, 0.7], [0.0, 1.0, 0.0]], dtype=dtype)
+    compare_function_with_optax(losses.safe_softmax_cross_entropy,
+                                optax.losses.safe_softmax_cross_entropy,
+                                (logits, labels), dtype=dtype, grad_argnums=(0,))
+    leaf = logits.clone().requires_grad_(True)
+    losses.safe_softmax_cross_entropy(leaf, labels).sum().backward()
+    assert torch.isfinite(leaf.grad).all()
+    # softmax_cross_entropy has no such convention: 0 * -inf is nan there.
+    assert torch.isnan(losses.softmax_cross_entropy(logits, labels)).all()
+    expected = [math.log(2.0), None, 0.0]
+    got = losses.safe_softmax_cross_entropy(logits, labels)
+    for value, want in zip(got.tolist(), expected):
+        if want is not None:
+            assert value == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, axis", [((3, 4), -1), ((3, 4), 0), ((2, 3, 4), (1, 2)),
+                                         ((2, 3, 4), (0, 2)), ((2, 3), None)])
+def test_softmax_cross_entropy_axes(dtype, shape, axis):
+    logits = randn(*shape, dtype=dtype, scale=2.0)
+    labels = torch.softmax(randn(*shape, dtype=dtype, seed=1).flatten(), 0).reshape(shape)
+    compare_function_with_optax(losses.softmax_cross_entropy, optax.losses.softmax_cross_entropy,
+                                (logits, labels), {"axis": axis}, dtype=dtype,
+                                grad_argnums=(0, 1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("where_shape", [(3, 5), (3,)])
+def test_softmax_cross_entropy_where(dtype, where_shape):
+    logits = randn(3, 5, dtype=dtype, scale=2.0)
+    labels = probabilities(3, 5, dtype=dtype, seed=1)
+    where = torch.ones(where_shape, dtype=torch.bool)
+    where[..., 1] = False
+    if len(where_shape) == 2:
+        where[2, 3] = False
+    compare_function_with_optax(losses.softmax_cross_entropy, optax.losses.softmax_cross_entropy,
+                                (logits, labels), {"where": where}, dtype=dtype,
+                                grad_argnums=(0,))
+
+
+def test_softmax_cross_entropy_requires_floating_logits():
+    with pytest.raises(TypeError, match="floating"):
+        losses.softmax_cross_entropy(torch.ones(2, 3, dtype=torch.int32), torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, axis, label_dtype", [
+    ((4, 5), -1, torch.int32), ((4, 5), 0, torch.int64), ((2, 3, 4), 1, torch.int32),
+    ((1, 2, 3, 4), (2, 3), torch.int64), ((2, 3, 4), (0, 2), torch.int32)])
+def test_softmax_cross_entropy_with_integer_labels(dtype, shape, axis, label_dtype):
+    logits = randn(*shape, dtype=dtype, scale=2.0)
+    axes = (axis,) if isinstance(axis, int) else axis
+    axes = tuple(a % len(shape) for a in axes)
+    batch_shape = tuple(s for i, s in enumerate(shape) if i not in axes)
+    num_classes = math.prod(shape[a] for a in axes)
+    labels = randint(num_classes, *batch_shape, seed=1, dtype=label_dtype)
+    compare_function_with_optax(losses.softmax_cross_entropy_with_integer_labels,
+                                optax.losses.softmax_cross_entropy_with_integer_labels,
+                                (logits, labels), {"axis": axis}, dtype=dtype, grad_argnums=(0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("full_mask", [True, False])
+def test_softmax_cross_entropy_with_integer_labels_where(dtype, full_mask):
+    logits = randn(4, 5, dtype=dtype, scale=2.0)
+    labels = torch.tensor([0, 2, 4, 1], dtype=torch.int32)
+    if full_mask:
+        where = torch.ones(4, 5, dtype=torch.bool)
+        where[:, 3] = False
+        where[3] = False  # an example with no class left gives 0
+    else:
+        where = torch.tensor([True, False, True, True])
+    compare_function_with_optax(losses.softmax_cross_entropy_with_integer_labels,
+                                optax.losses.softmax_cross_entropy_with_integer_labels,
+                                (logits, labels), {"where": where}, dtype=dtype,
+                                grad_argnums=(0,))
+    if full_mask:
+        assert losses.softmax_cross_entropy_with_integer_labels(
+            logits, labels, where=where)[3].item() == 0.0
+
+
+def test_softmax_cross_entropy_with_integer_labels_errors():
+    logits = torch.zeros(2, 3)
+    with pytest.raises(TypeError, match="integer"):
+        losses.softmax_cross_entropy_with_integer_labels(logits, torch.zeros(2))
+    with pytest.raises(ValueError, match="'axis' must be of type"):
+        losses.softmax_cross_entropy_with_integer_labels(logits, torch.zeros(2, dtype=int),
+                                                         axis=[1])
+    with pytest.raises(ValueError, match="out of bounds"):
+        losses.softmax_cross_entropy_with_integer_labels(logits, torch.zeros(2, dtype=int),
+                                                         axis=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["multiclass_hinge_loss", "multiclass_perceptron_loss",
+                                  "multiclass_sparsemax_loss"])
+def test_multiclass_margin_losses(dtype, name):
+    scores = randn(6, 5, dtype=dtype, scale=2.0)
+    labels = randint(5, 6, seed=1, dtype=torch.int32)
+    compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
+                                (scores, labels), dtype=dtype, grad_argnums=(0,))
+
+
+def test_multiclass_sparsemax_loss_zero_at_the_label_and_shape_check():
+    scores = torch.tensor([[10.0, 0.0, 0.0], [0.0, 0.0, 10.0]])
+    assert torch.equal(losses.multiclass_sparsemax_loss(scores, torch.tensor([0, 2])),
+                       torch.zeros(2))
+    with pytest.raises(ValueError, match=r"\[batch_size, num_classes\]"):
+        losses.multiclass_sparsemax_loss(torch.zeros(3), torch.tensor(0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("epsilon, options", [(2.0, {}), (-1.0, {"axis": 0}),
+                                              (0.0, {"axis": (0, 1)}), (2.0, {"where": "mask"})])
+def test_poly_loss_cross_entropy(dtype, epsilon, options):
+    logits = randn(3, 4, dtype=dtype, scale=2.0)
+    labels = probabilities(3, 4, dtype=dtype, seed=1)
+    if options.get("where") == "mask":
+        options = {"where": torch.tensor([[True, True, False, True]] * 3)}
+    compare_function_with_optax(losses.poly_loss_cross_entropy,
+                                optax.losses.poly_loss_cross_entropy,
+                                (logits, labels), {"epsilon": epsilon, **options}, dtype=dtype,
+                                grad_argnums=(0,))
+
+
+def _kl_inputs(dtype):
+    log_predictions = torch.log_softmax(randn(3, 4, dtype=dtype), -1)
+    targets = probabilities(3, 4, dtype=dtype, seed=1)
+    targets[0, 1] = 0.0  # a zero target contributes 0, not nan
+    return log_predictions, targets
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["kl_divergence", "generalized_kl_divergence"])
+@pytest.mark.parametrize("options", [{}, {"axis": 0}, {"axis": None},
+                                     {"where": [[True, False, True, True]] * 3}])
+def test_kl_divergences(dtype, name, options):
+    log_predictions, targets = _kl_inputs(dtype)
+    options = {k: torch.tensor(v) if k == "where" else v for k, v in options.items()}
+    compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
+                                (log_predictions, targets), options, dtype=dtype,
+                                grad_argnums=(0,))
+    assert torch.isfinite(getattr(losses, name)(log_predictions, targets, **options)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("options", [{}, {"axis": (0, 1)}, {"where": "mask"}])
+def test_kl_divergence_with_log_targets(dtype, options):
+    log_predictions = torch.log_softmax(randn(3, 4, dtype=dtype), -1)
+    log_targets = torch.log_softmax(randn(3, 4, dtype=dtype, seed=1), -1)
+    if options.get("where") == "mask":
+        options = {"where": torch.tensor([[True], [False], [True]])}
+    compare_function_with_optax(losses.kl_divergence_with_log_targets,
+                                optax.losses.kl_divergence_with_log_targets,
+                                (log_predictions, log_targets), options, dtype=dtype,
+                                grad_argnums=(0, 1))
+
+
+def test_convex_kl_divergence_is_deprecated_alias():
+    log_predictions, targets = _kl_inputs(torch.float32)
+    with pytest.warns(DeprecationWarning, match="generalized_kl_divergence"):
+        ours = losses.convex_kl_divergence(log_predictions, targets)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        compare_function_with_optax(losses.convex_kl_divergence,
+                                    optax.losses.convex_kl_divergence,
+                                    (log_predictions, targets), {"axis": -1})
+    assert torch.equal(ours, losses.generalized_kl_divergence(log_predictions, targets))
+
+
+def _ctc_inputs(dtype, batch=3, steps=6, num_classes=5, max_label_len=3, seed=0):
+    logits = randn(batch, steps, num_classes, dtype=dtype, seed=seed, scale=2.0)
+    logit_paddings = torch.zeros(batch, steps, dtype=dtype)
+    logit_paddings[1, 4:] = 1.0
+    logit_paddings[2, 5:] = 1.0
+    labels = randint(num_classes - 1, batch, max_label_len, seed=seed + 1) + 1
+    labels[0, 1] = labels[0, 0]  # a repeated label needs a blank in between
+    label_paddings = torch.zeros(batch, max_label_len, dtype=dtype)
+    label_paddings[1, 2:] = 1.0
+    label_paddings[2, 1:] = 1.0
+    return logits, logit_paddings, labels, label_paddings
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("blank_id, label_dtype", [(0, torch.int32), (2, torch.int64)])
+def test_ctc_loss_with_forward_probs(dtype, blank_id, label_dtype):
+    logits, logit_paddings, labels, label_paddings = _ctc_inputs(dtype)
+    labels = labels.to(label_dtype)
+    compare_function_with_optax(losses.ctc_loss_with_forward_probs,
+                                optax.losses.ctc_loss_with_forward_probs,
+                                (logits, logit_paddings, labels, label_paddings),
+                                {"blank_id": blank_id}, dtype=dtype, grad_argnums=(0,))
+    compare_function_with_optax(losses.ctc_loss, optax.losses.ctc_loss,
+                                (logits, logit_paddings, labels, label_paddings),
+                                {"blank_id": blank_id, "log_epsilon": -1e4}, dtype=dtype)
+
+
+def test_ctc_loss_one_to_one_alignment_is_minus_the_log_likelihood():
+    # With as many frames as labels and no repeats, the only alignment emits each label once.
+    labels = torch.tensor([[1, 2, 3]])
+    logits = 10.0 * torch.nn.functional.one_hot(labels, 4).to(torch.float64)
+    loss = losses.ctc_loss(logits, torch.zeros(1, 3, dtype=torch.float64), labels,
+                           torch.zeros(1, 3, dtype=torch.float64))
+    expected = -torch.log_softmax(logits, -1).gather(-1, labels[..., None]).sum()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-9)
+
+
+def test_ctc_loss_shape_errors():
+    logits, logit_paddings, labels, label_paddings = _ctc_inputs(torch.float32)
+    with pytest.raises(ValueError, match="rank 3"):
+        losses.ctc_loss(logits[0], logit_paddings, labels, label_paddings)
+    with pytest.raises(ValueError, match="rank 2"):
+        losses.ctc_loss(logits, logit_paddings, labels[0], label_paddings)
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        losses.ctc_loss(logits, logit_paddings[:, :-1], labels, label_paddings)
+    with pytest.raises(ValueError, match="batch size 3, got 2"):
+        losses.ctc_loss(logits, logit_paddings, labels[:2], label_paddings[:2])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("alpha, gamma, soft", [(None, 2.0, False), (0.25, 2.0, True),
+                                                (0.5, 0.0, False), (0.8, 1.5, True)])
+def test_sigmoid_focal_loss(dtype, alpha, gamma, soft):
+    logits = torch.cat([randn(10, dtype=dtype, scale=3.0),
+                        torch.tensor([-60.0, 60.0], dtype=dtype)])
+    labels = (torch.rand(12, generator=torch.Generator().manual_seed(1), dtype=dtype)
+              if soft else randint(2, 12, seed=1))
+    compare_function_with_optax(losses.sigmoid_focal_loss, optax.losses.sigmoid_focal_loss,
+                                (logits, labels), {"alpha": alpha, "gamma": gamma},
+                                dtype=dtype, grad_argnums=(0,))
+    leaf = logits.clone().requires_grad_(True)
+    losses.sigmoid_focal_loss(leaf, labels, alpha=alpha, gamma=gamma).sum().backward()
+    assert torch.isfinite(leaf.grad).all()
+
+
+def test_losses_compose_with_torch_func():
+    # The custom backward passes also work under torch.func transforms.
+    logits = randn(4, 3, scale=2.0)
+    labels = probabilities(4, 3, dtype=torch.float32, seed=1)
+    per_example = torch.func.vmap(losses.safe_softmax_cross_entropy)(logits, labels)
+    np.testing.assert_allclose(per_example.numpy(),
+                               losses.safe_softmax_cross_entropy(logits, labels).numpy(),
+                               rtol=1e-6)
+    grad = torch.func.grad(lambda s: losses.multiclass_sparsemax_loss(
+        s, torch.tensor([0, 1, 2, 0])).sum())(logits)
+    assert grad.shape == logits.shape and torch.isfinite(grad).all()
