@@ -30,6 +30,11 @@ def _after_first_step(count: torch.Tensor, value: Scalar, first: float,
                        torch.as_tensor(first, dtype=dtype, device=count.device))
 
 
+def _per_leaf(value: Any, count: int) -> list:
+    """A per-leaf list from what :func:`~optax_compat._src.tree_math.scalar_like` returns."""
+    return value if isinstance(value, list) else [value] * count
+
+
 def scale_by_adopt(
     b1: Scalar = 0.9,
     b2: Scalar = 0.9999,
@@ -79,10 +84,9 @@ def scale_by_adopt(
         new_nus = tm.ema_in_dtypes(nus, tm.abs_sq(gs), b2_now)
         normalised = tm.div(gs, tm.maximum(tm.sqrt(nus), eps))
         if use_clipping:
-            bound = clip_value_fn(state.count.to(dtype))
-            normalised = [torch.clamp(x, -c, c) for x, c in
-                          zip(normalised, _per_leaf(tm.scalar_like(bound, normalised),
-                                                    len(normalised)))]
+            bounds = _per_leaf(tm.scalar_like(clip_value_fn(state.count.to(dtype)), normalised),
+                               len(normalised))
+            normalised = tm.minimum(tm.maximum(normalised, [-b for b in bounds]), bounds)
         new_mus = tm.ema_in_dtypes(mus, normalised, b1_now)
         scaled = tm.ema_in_dtypes(new_mus, normalised, b1_now) if nesterov else new_mus
         count_inc = numerics.safe_increment(state.count)
@@ -91,11 +95,6 @@ def scale_by_adopt(
             nu=tm.unflatten(spec, new_nus))
 
     return base.GradientTransformation(init_fn, update_fn)
-
-
-def _per_leaf(value: Any, count: int) -> list:
-    """A per-leaf list from what :func:`~optax_compat._src.tree_math.scalar_like` returns."""
-    return value if isinstance(value, list) else [value] * count
 
 
 def adopt(
