@@ -1,0 +1,274 @@
+"""Sophia, a second-order clipped optimizer (mirrors ``optax/contrib/_sophia.py``).
+
+Sophia divides the momentum by a moving average of an estimate of the Hessian diagonal and
+clips the result elementwise. The default estimate is Hutchinson's: ``u * (H u)`` for a random
+sign vector ``u``, with the Hessian-vector product computed by forward-over-reverse
+differentiation of the objective (``torch.func.jvp`` of ``torch.func.grad``).
+
+References:
+  Liu et al., `Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
+  Pre-training <https://arxiv.org/abs/2305.14342>`_, 2023.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Optional, Union
+
+import torch
+
+from optax_compat._src import base, control_flow, numerics, transform, utils
+from optax_compat._src import tree_math as tm
+from optax_compat.transforms import _adding, _combining
+from optax_compat.tree_utils import _casting, _random, _tree_math
+
+Scalar = transform.Scalar
+
+
+class HutchinsonState(NamedTuple):
+    """State of :func:`hutchinson_estimator_diag_hessian`: the seed of the next draw.
+
+    Attributes:
+      key: an ``int64`` 0-d seed tensor.
+    """
+
+    key: torch.Tensor
+
+
+def _rademacher(generator: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    """Random signs: -1 or +1 with equal probability."""
+    bits = torch.randint(0, 2, shape, generator=generator, device=device)
+    return (2 * bits - 1).to(dtype)
+
+
+def _hessian_vector_product(obj_fn: Callable[[base.Params], torch.Tensor], params: base.Params,
+                            vectors: base.Params) -> base.Params:
+    """``H v`` for the Hessian ``H`` of ``obj_fn`` at ``params`` (forward over reverse mode).
+
+    The leaves are passed to ``torch.func`` as a flat tuple, so any optree structure works.
+    """
+    primals, spec = tm.flatten(params)
+    tangents = tm.leaves_like(vectors, spec, "the random vectors", reference=params)
+
+    def objective(*leaves: torch.Tensor) -> torch.Tensor:
+        return obj_fn(tm.unflatten(spec, list(leaves)))
+
+    gradient = torch.func.grad(objective, argnums=tuple(range(len(primals))))
+    _, products = torch.func.jvp(gradient, tuple(primals), tuple(tangents))
+    return tm.unflatten(spec, list(products))
+
+
+def hutchinson_estimator_diag_hessian(
+    random_seed: Optional[utils.KeyLike] = None,
+) -> base.GradientTransformationExtraArgs:
+    """Estimates the diagonal of the Hessian with Hutchinson's estimator.
+
+    ``update(updates, state, params, obj_fn)`` ignores ``updates`` and returns ``u * (H u)``
+    for a random sign vector ``u``, where ``H`` is the Hessian of ``obj_fn`` (a function of
+    the params returning a scalar loss) at ``params``: unbiased, but of high variance.
+
+    Args:
+      random_seed: an int seed or a ``torch.Generator`` (drawn from once, here); 0 when
+        ``None``.
+
+    Returns:
+      A :class:`~optax_compat.GradientTransformationExtraArgs` with a
+      :class:`HutchinsonState`.
+    """
+    initial_key = utils.canonicalize_key(random_seed if random_seed is not None else 0)
+
+    def init_fn(params: base.Params) -> HutchinsonState:
+        device = transform._zero_count(params).device
+        return HutchinsonState(key=initial_key.to(device, copy=True))
+
+    def update_fn(updates: base.Updates, state: HutchinsonState,
+                  params: Optional[base.Params] = None,
+                  obj_fn: Optional[Callable[[base.Params], torch.Tensor]] = None,
+                  **extra_args: Any) -> tuple[base.Updates, HutchinsonState]:
+        del updates, extra_args
+        if params is None:
+            raise ValueError("params must be provided to hutchinson update function.")
+        if obj_fn is None:
+            raise ValueError("obj_fn must be provided to hutchinson update function.")
+        key, sample_key = utils.split_key(state.key)
+        signs = _random.tree_random_like(sample_key, params, _rademacher, dtype=torch.float32)
+        signs = _casting.tree_cast(signs, _casting.tree_dtype(params, "lowest"))
+        products = _hessian_vector_product(obj_fn, params, signs)
+        return _tree_math.tree_mul(products, signs), HutchinsonState(
+            key=key.to(state.key.device))
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+class SophiaState(NamedTuple):
+    """State of :func:`sophia`.
+
+    Attributes:
+      count: the number of updates so far (0-d ``int32``).
+      mu: the momentum.
+      nu: the moving average of the Hessian diagonal estimates.
+      hessian_fn_state: the state of the Hessian diagonal estimator.
+    """
+
+    count: torch.Tensor
+    mu: base.Updates
+    nu: base.Updates
+    hessian_fn_state: Any
+
+
+def _report_win_rate(updates: tm.Leaves, clip_threshold: Scalar, count: torch.Tensor,
+                     every_n_steps: int) -> None:
+    """Prints the fraction of unclipped coordinates (reads the device: verbose mode only)."""
+    if every_n_steps != 0 and int(count) % every_n_steps != 0:
+        return
+    not_clipped = sum(int(torch.sum(torch.abs(u) < clip_threshold)) for u in updates)
+    print(f"Sophia optimizer win rate: {not_clipped / sum(u.numel() for u in updates)}")
+
+
+def scale_by_sophia(
+    b1: Scalar = 0.965,
+    b2: Scalar = 0.99,
+    eps: Scalar = 1e-8,
+    gamma: Scalar = 0.01,
+    clip_threshold: Optional[Scalar] = 1.0,
+    update_interval: Scalar = 10,
+    hessian_diagonal_fn: Union[base.GradientTransformation,
+                               base.GradientTransformationExtraArgs] = (
+                                   hutchinson_estimator_diag_hessian()),
+    mu_dtype: Optional[torch.dtype] = None,
+    verbose: bool = False,
+    print_win_rate_every_n_steps: Scalar = 0,
+) -> base.GradientTransformationExtraArgs:
+    """Sophia's scaling: clipped momentum divided by the Hessian diagonal (see :func:`sophia`).
+
+    Args:
+      b1: decay of the momentum.
+      b2: decay of the moving average of the Hessian diagonal (updated every
+        ``update_interval`` steps).
+      eps: lower bound of the denominator.
+      gamma: scales the Hessian diagonal.
+      clip_threshold: bound of the elementwise clipping; none when ``None``.
+      update_interval: steps between Hessian diagonal estimates.
+      hessian_diagonal_fn: the estimator of the Hessian diagonal; extra arguments of
+        ``update`` (``obj_fn``) are passed to it.
+      mu_dtype: dtype of the momentum; that of the params when ``None``.
+      verbose: print the fraction of unclipped coordinates (reads the device).
+      print_win_rate_every_n_steps: print it every that many steps (every step for 0).
+
+    Returns:
+      A :class:`~optax_compat.GradientTransformationExtraArgs` with a :class:`SophiaState`.
+
+    Note:
+      Optax estimates the Hessian diagonal under ``lax.cond`` on the step count. Here the
+      choice is made on the device, without reading the count on the host, so the estimator
+      runs at every step and its result (and its state) is only kept every
+      ``update_interval`` steps: the numbers are Optax's, the cost is one Hessian-vector
+      product per step.
+    """
+    hessian_diagonal_fn = base.with_extra_args_support(hessian_diagonal_fn)
+
+    def init_fn(params: base.Params) -> SophiaState:
+        return SophiaState(count=transform._zero_count(params),
+                           mu=_tree_math.tree_zeros_like(params, dtype=mu_dtype),
+                           nu=_tree_math.tree_zeros_like(params),
+                           hessian_fn_state=hessian_diagonal_fn.init(params))
+
+    def update_fn(updates: base.Updates, state: SophiaState,
+                  params: Optional[base.Params] = None,
+                  **hess_fn_kwargs: Any) -> tuple[base.Updates, SophiaState]:
+        if params is None:
+            raise ValueError("params must be provided to sophia's update function.")
+        count_inc = numerics.safe_increment(state.count)
+        gs, spec = tm.float_leaves(updates)
+        mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
+        nus = tm.leaves_like(state.nu, spec, "state.nu", reference=updates)
+
+        mu = transform._update_moment(mus, gs, b1)
+        mu_hat = transform._debias(mu, transform._bias_correction(b1, count_inc, mu))
+        scaled = tm.div(mu_hat, tm.maximum(tm.mul(nus, gamma), eps))
+        if clip_threshold is not None:
+            if verbose:
+                _report_win_rate(scaled, clip_threshold, count_inc,
+                                 print_win_rate_every_n_steps)
+            scaled = tm.minimum(tm.maximum(scaled, -clip_threshold), clip_threshold)
+
+        def estimate_hessian_diagonal() -> tuple[Any, tm.Leaves]:
+            diagonal, hessian_fn_state = hessian_diagonal_fn.update(
+                updates, state.hessian_fn_state, params=params, **hess_fn_kwargs)
+            estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
+                                       reference=updates)
+            return hessian_fn_state, transform._update_moment(nus, estimates, b2)
+
+        hessian_fn_state, nu = control_flow.cond(
+            torch.remainder(state.count, update_interval) == 0, estimate_hessian_diagonal,
+            lambda: (state.hessian_fn_state, nus))
+        return tm.unflatten(spec, scaled), SophiaState(
+            count=count_inc, mu=tm.unflatten(spec, tm.cast(mu, mu_dtype)),
+            nu=tm.unflatten(spec, nu), hessian_fn_state=hessian_fn_state)
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def sophia(
+    learning_rate: base.ScalarOrSchedule,
+    b1: Scalar = 0.965,
+    b2: Scalar = 0.99,
+    eps: Scalar = 1e-8,
+    weight_decay: Scalar = 1e-4,
+    weight_decay_mask: Optional[Union[Any, Callable[[base.Params], Any]]] = None,
+    gamma: Scalar = 0.01,
+    clip_threshold: Optional[Scalar] = 1.0,
+    update_interval: Scalar = 10,
+    hessian_diagonal_fn: Union[base.GradientTransformation,
+                               base.GradientTransformationExtraArgs] = (
+                                   hutchinson_estimator_diag_hessian()),
+    mu_dtype: Optional[torch.dtype] = None,
+    verbose: bool = False,
+    print_win_rate_every_n_steps: Scalar = 0,
+) -> base.GradientTransformationExtraArgs:
+    """The Sophia optimizer.
+
+    Extra keyword arguments of ``update`` go to ``hessian_diagonal_fn``. The default one,
+    Hutchinson's estimator, needs ``obj_fn``: a function of the params alone returning the
+    scalar loss of the current batch, e.g. ``obj_fn = lambda p: loss_fn(p, batch)``::
+
+      updates, state = opt.update(grads, state, params, obj_fn=obj_fn)
+
+    Args:
+      learning_rate: the step size or its schedule.
+      b1: decay of the momentum.
+      b2: decay of the moving average of the Hessian diagonal; with the default
+        ``update_interval`` of 10 the effective decay of 0.99 is 0.999.
+      eps: lower bound of the denominator.
+      weight_decay: decoupled weight decay.
+      weight_decay_mask: a tree of booleans (or a function of the params returning one)
+        selecting the leaves to decay.
+      gamma: scales the Hessian diagonal.
+      clip_threshold: bound of the elementwise clipping; none when ``None``.
+      update_interval: steps between Hessian diagonal estimates.
+      hessian_diagonal_fn: the estimator of the Hessian diagonal (Hutchinson's by default,
+        with Rademacher vectors where the paper uses Gaussian ones).
+      mu_dtype: dtype of the momentum.
+      verbose: print the fraction of unclipped coordinates, which the authors advise to keep
+        between 0.1 and 0.5 (increase ``gamma`` if it is too low).
+      print_win_rate_every_n_steps: print it every that many steps (every step for 0).
+
+    Returns:
+      A :class:`~optax_compat.GradientTransformationExtraArgs`.
+
+    References:
+      Liu et al., `Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
+      Pre-training <https://arxiv.org/abs/2305.14342>`_, 2023.
+
+      `Levanter <https://www.github.com/stanford-crfm/levanter>`_
+    """
+    return _combining.chain(
+        scale_by_sophia(b1=b1, b2=b2, eps=eps, gamma=gamma, clip_threshold=clip_threshold,
+                        update_interval=update_interval,
+                        hessian_diagonal_fn=hessian_diagonal_fn, mu_dtype=mu_dtype,
+                        verbose=verbose,
+                        print_win_rate_every_n_steps=print_win_rate_every_n_steps),
+        _adding.add_decayed_weights(weight_decay, mask=weight_decay_mask),
+        transform.scale_by_learning_rate(learning_rate),
+    )
