@@ -1,0 +1,83 @@
+"""Properties shared by the contrib (part B) transformations: no host sync, differentiable."""
+
+import pytest
+import torch
+
+import optax_compat as ox
+from optax_compat._src import tree_math
+from optax_compat.contrib import (
+    _mechanic,
+    _momo,
+    _reduce_on_plateau,
+    _sam,
+    _schedule_free,
+    _sophia,
+)
+from tests.helpers import make_tree
+
+
+def _squared_gradients():
+    """A deterministic stand-in for the Hessian estimator (the random one seeds on the host)."""
+    return ox.stateless(lambda updates, params: ox.tree_utils.tree_mul(updates, updates))
+
+
+CASES = {
+    "momo": lambda: _momo.momo(0.5, weight_decay=0.1, adapt_lower_bound=True),
+    "momo_adam": lambda: _momo.momo_adam(0.5, weight_decay=0.1, adapt_lower_bound=True),
+    "reduce_on_plateau": lambda: _reduce_on_plateau.reduce_on_plateau(patience=1, cooldown=1),
+    "schedule_free_adamw": lambda: _schedule_free.schedule_free_adamw(0.1, warmup_steps=2),
+    # Not adam: its fused-kernel path reads the step count on the host.
+    "mechanize": lambda: _mechanic.mechanize(ox.sgd(1.0, momentum=0.9)),
+    "sam": lambda: _sam.sam(ox.sgd(0.1), ox.chain(_sam.normalize(), ox.sgd(0.05))),
+    "sophia": lambda: _sophia.sophia(0.1, update_interval=2,
+                                     hessian_diagonal_fn=_squared_gradients()),
+}
+NEEDS_VALUE = {"momo", "momo_adam", "reduce_on_plateau"}
+
+
+def _extra_args(name, step):
+    return {"value": torch.tensor(2.0 - 0.1 * step)} if name in NEEDS_VALUE else {}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_update_does_not_read_tensors_on_the_host(name, monkeypatch):
+    tx = CASES[name]()
+    params = make_tree()
+    state = tx.init(params)
+
+    def refuse(self, *args):
+        raise AssertionError("host sync in update")
+
+    for method in ("__bool__", "item", "__int__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, method, refuse)
+    for step in range(3):
+        updates, state = tx.update(make_tree(seed=step + 1), state, params,
+                                   **_extra_args(name, step))
+        params = ox.apply_updates(params, updates)
+    monkeypatch.undo()
+    assert all(torch.isfinite(x).all() for x in tree_math.leaves(params))
+
+
+def _gradient_through_two_steps(name):
+    tx = CASES[name]()
+    initial = make_tree(torch.float64)
+    leaf = initial["layer"]["w"].requires_grad_()
+    params, state = initial, tx.init(initial)
+    for step in range(2):
+        grads = ox.tree_utils.tree_scale(2.0, params)  # the gradient of |params|^2
+        extra_args = {k: v.double() for k, v in _extra_args(name, step).items()}
+        updates, state = tx.update(grads, state, params, **extra_args)
+        params = ox.apply_updates(params, updates)
+    (gradient,) = torch.autograd.grad(params["layer"]["w"].sum(), leaf)
+    return gradient
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if name != "mechanize"])
+def test_updates_are_differentiable_with_respect_to_the_initial_params(name):
+    assert torch.isfinite(_gradient_through_two_steps(name)).all()
+
+
+def test_mechanize_gradient_is_nan_as_in_optax():
+    # Mechanic's first step has h = 0 and takes sqrt(h ** 2): JAX's gradient through two
+    # Optax steps is NaN as well (checked with jax.grad), so this is Optax's behaviour.
+    assert torch.isnan(_gradient_through_two_steps("mechanize")).all()
