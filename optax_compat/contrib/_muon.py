@@ -110,6 +110,8 @@ class _MatrixLayout(NamedTuple):
     def from_matrices(self, matrices: torch.Tensor) -> torch.Tensor:
         if self.transposed:
             matrices = matrices.mT
+        if self.permutation == tuple(range(len(self.permutation))):
+            return matrices.reshape(self.permuted_shape)
         inverse = sorted(range(len(self.permutation)), key=self.permutation.__getitem__)
         return matrices.reshape(self.permuted_shape).permute(inverse)
 
@@ -270,6 +272,8 @@ def scale_by_shape(
         xs, spec = tm.flatten(updates)
         dim_nums = _resolve_dim_nums(weight_dimension_numbers, updates)
         factors = [factor(x, d) for x, d in zip(xs, dim_nums)]
+        if consistent_rms is None or isinstance(consistent_rms, (int, float)):
+            return tm.unflatten(spec, tm.mul(xs, factors)), state  # one foreach kernel
         return tm.unflatten(spec, [x * f for x, f in zip(xs, factors)]), state
 
     return base.GradientTransformation(base.init_empty_state, update_fn)
