@@ -183,6 +183,17 @@ def test_scale_by_muon_callable_dims_and_mu_dtype(dtype):
     assert state.mu["m"].dtype == torch.float64 and state.count.dtype == torch.int32
 
 
+def test_scale_by_muon_float32_momentum_of_float64_params_matches_optax():
+    import jax.numpy as jnp
+
+    params = torch.randn(5, 3, dtype=torch.float64)  # Optax's default dims need one array
+    compare_with_optax(
+        _muon.scale_by_muon(mu_dtype=torch.float32, nesterov=False),
+        lambda: jit_optax(optax_contrib.scale_by_muon(mu_dtype=jnp.float32, nesterov=False)),
+        torch.float64, steps=3, params=params,
+        grads=[torch.randn_like(params) for _ in range(3)])
+
+
 def test_muon_state_layout():
     params = {"w": torch.randn(3, 4)}
     state = _muon.scale_by_muon(ns_coeffs=_muon._DION_NS_COEFFS).init(params)
