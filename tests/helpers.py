@@ -261,3 +261,17 @@ def compare_function_with_optax(
             theirs_grad = compile_(jax.grad(theirs_loss))(array_args[argnum])
             assert_close(ours_grad, theirs_grad, dtype, rtol, atol,
                          what=f"gradient wrt argument {argnum}")
+
+
+def seeded_randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0,
+                 scale: float = 1.0) -> torch.Tensor:
+    """A reproducible standard normal tensor (times ``scale``)."""
+    generator = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(shape, generator=generator, dtype=dtype)
+
+
+def seeded_randint(high: int, *shape: int, seed: int = 0,
+                   dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A reproducible tensor of integers in ``[0, high)`` (e.g. class labels)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, high, shape, generator=generator).to(dtype)

@@ -11,25 +11,13 @@ import pytest
 import torch
 
 import optax_compat.losses as losses
-from tests.helpers import compare_function_with_optax
+from tests.helpers import compare_function_with_optax, seeded_randint, seeded_randn
 
 DTYPES = [torch.float32, torch.float64]
 
 
-def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0,
-          scale: float = 1.0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return scale * torch.randn(shape, generator=generator, dtype=dtype)
-
-
-def randint(high: int, *shape: int, seed: int = 0,
-            dtype: torch.dtype = torch.int64) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, high, shape, generator=generator).to(dtype)
-
-
 def probabilities(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    return torch.softmax(randn(*shape, dtype=dtype, seed=seed), dim=-1)
+    return torch.softmax(seeded_randn(*shape, dtype=dtype, seed=seed), dim=-1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -37,9 +25,9 @@ def probabilities(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tenso
                                                 ((2, 3), (3,))])
 @pytest.mark.parametrize("soft", [False, True])
 def test_sigmoid_binary_cross_entropy(dtype, shape, label_shape, soft):
-    logits = randn(*shape, dtype=dtype, scale=3.0)
+    logits = seeded_randn(*shape, dtype=dtype, scale=3.0)
     labels = (torch.rand(label_shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
-              if soft else randint(2, *label_shape, seed=1))
+              if soft else seeded_randint(2, *label_shape, seed=1))
     compare_function_with_optax(losses.sigmoid_binary_cross_entropy,
                                 optax.losses.sigmoid_binary_cross_entropy,
                                 (logits, labels), dtype=dtype, grad_argnums=(0,))
@@ -59,8 +47,8 @@ def test_sigmoid_binary_cross_entropy_extreme_logits_and_integer_logits():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ["hinge_loss", "perceptron_loss"])
 def test_binary_margin_losses(dtype, name):
-    outputs = randn(3, 4, dtype=dtype, scale=2.0)
-    targets = (2 * randint(2, 3, 4, seed=2) - 1).to(dtype)
+    outputs = seeded_randn(3, 4, dtype=dtype, scale=2.0)
+    targets = (2 * seeded_randint(2, 3, 4, seed=2) - 1).to(dtype)
     compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
                                 (outputs, targets), dtype=dtype, grad_argnums=(0,))
 
@@ -73,7 +61,7 @@ def test_perceptron_loss_refuses_to_broadcast():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sparsemax_loss(dtype):
     logits = torch.linspace(-3, 3, 13, dtype=dtype) + 0.01
-    labels = randint(2, 13, seed=3)
+    labels = seeded_randint(2, 13, seed=3)
     compare_function_with_optax(losses.sparsemax_loss, optax.losses.sparsemax_loss,
                                 (logits, labels), dtype=dtype, grad_argnums=(0,))
 
@@ -81,7 +69,7 @@ def test_sparsemax_loss(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("label_shape", [(3, 4), (4,)])
 def test_safe_softmax_cross_entropy(dtype, label_shape):
-    logits = randn(3, 4, dtype=dtype, scale=2.0)
+    logits = seeded_randn(3, 4, dtype=dtype, scale=2.0)
     labels = probabilities(*label_shape, dtype=dtype, seed=1)
     compare_function_with_optax(losses.safe_softmax_cross_entropy,
                                 optax.losses.safe_softmax_cross_entropy,
@@ -113,8 +101,8 @@ def test_safe_softmax_cross_entropy_minus_inf_logits_with_zero_labels(dtype):
 @pytest.mark.parametrize("shape, axis", [((3, 4), -1), ((3, 4), 0), ((2, 3, 4), (1, 2)),
                                          ((2, 3, 4), (0, 2)), ((2, 3), None)])
 def test_softmax_cross_entropy_axes(dtype, shape, axis):
-    logits = randn(*shape, dtype=dtype, scale=2.0)
-    labels = torch.softmax(randn(*shape, dtype=dtype, seed=1).flatten(), 0).reshape(shape)
+    logits = seeded_randn(*shape, dtype=dtype, scale=2.0)
+    labels = torch.softmax(seeded_randn(*shape, dtype=dtype, seed=1).flatten(), 0).reshape(shape)
     compare_function_with_optax(losses.softmax_cross_entropy, optax.losses.softmax_cross_entropy,
                                 (logits, labels), {"axis": axis}, dtype=dtype,
                                 grad_argnums=(0, 1))
@@ -123,7 +111,7 @@ def test_softmax_cross_entropy_axes(dtype, shape, axis):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("where_shape", [(3, 5), (3,)])
 def test_softmax_cross_entropy_where(dtype, where_shape):
-    logits = randn(3, 5, dtype=dtype, scale=2.0)
+    logits = seeded_randn(3, 5, dtype=dtype, scale=2.0)
     labels = probabilities(3, 5, dtype=dtype, seed=1)
     where = torch.ones(where_shape, dtype=torch.bool)
     where[..., 1] = False
@@ -144,12 +132,12 @@ def test_softmax_cross_entropy_requires_floating_logits():
     ((4, 5), -1, torch.int32), ((4, 5), 0, torch.int64), ((2, 3, 4), 1, torch.int32),
     ((1, 2, 3, 4), (2, 3), torch.int64), ((2, 3, 4), (0, 2), torch.int32)])
 def test_softmax_cross_entropy_with_integer_labels(dtype, shape, axis, label_dtype):
-    logits = randn(*shape, dtype=dtype, scale=2.0)
+    logits = seeded_randn(*shape, dtype=dtype, scale=2.0)
     axes = (axis,) if isinstance(axis, int) else axis
     axes = tuple(a % len(shape) for a in axes)
     batch_shape = tuple(s for i, s in enumerate(shape) if i not in axes)
     num_classes = math.prod(shape[a] for a in axes)
-    labels = randint(num_classes, *batch_shape, seed=1, dtype=label_dtype)
+    labels = seeded_randint(num_classes, *batch_shape, seed=1, dtype=label_dtype)
     compare_function_with_optax(losses.softmax_cross_entropy_with_integer_labels,
                                 optax.losses.softmax_cross_entropy_with_integer_labels,
                                 (logits, labels), {"axis": axis}, dtype=dtype, grad_argnums=(0,))
@@ -158,7 +146,7 @@ def test_softmax_cross_entropy_with_integer_labels(dtype, shape, axis, label_dty
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("full_mask", [True, False])
 def test_softmax_cross_entropy_with_integer_labels_where(dtype, full_mask):
-    logits = randn(4, 5, dtype=dtype, scale=2.0)
+    logits = seeded_randn(4, 5, dtype=dtype, scale=2.0)
     labels = torch.tensor([0, 2, 4, 1], dtype=torch.int32)
     if full_mask:
         where = torch.ones(4, 5, dtype=torch.bool)
@@ -191,8 +179,8 @@ def test_softmax_cross_entropy_with_integer_labels_errors():
 @pytest.mark.parametrize("name", ["multiclass_hinge_loss", "multiclass_perceptron_loss",
                                   "multiclass_sparsemax_loss"])
 def test_multiclass_margin_losses(dtype, name):
-    scores = randn(6, 5, dtype=dtype, scale=2.0)
-    labels = randint(5, 6, seed=1, dtype=torch.int32)
+    scores = seeded_randn(6, 5, dtype=dtype, scale=2.0)
+    labels = seeded_randint(5, 6, seed=1, dtype=torch.int32)
     compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
                                 (scores, labels), dtype=dtype, grad_argnums=(0,))
 
@@ -209,7 +197,7 @@ def test_multiclass_sparsemax_loss_zero_at_the_label_and_shape_check():
 @pytest.mark.parametrize("epsilon, options", [(2.0, {}), (-1.0, {"axis": 0}),
                                               (0.0, {"axis": (0, 1)}), (2.0, {"where": "mask"})])
 def test_poly_loss_cross_entropy(dtype, epsilon, options):
-    logits = randn(3, 4, dtype=dtype, scale=2.0)
+    logits = seeded_randn(3, 4, dtype=dtype, scale=2.0)
     labels = probabilities(3, 4, dtype=dtype, seed=1)
     if options.get("where") == "mask":
         options = {"where": torch.tensor([[True, True, False, True]] * 3)}
@@ -220,7 +208,7 @@ def test_poly_loss_cross_entropy(dtype, epsilon, options):
 
 
 def _kl_inputs(dtype):
-    log_predictions = torch.log_softmax(randn(3, 4, dtype=dtype), -1)
+    log_predictions = torch.log_softmax(seeded_randn(3, 4, dtype=dtype), -1)
     targets = probabilities(3, 4, dtype=dtype, seed=1)
     targets[0, 1] = 0.0  # a zero target contributes 0, not nan
     return log_predictions, targets
@@ -242,8 +230,8 @@ def test_kl_divergences(dtype, name, options):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("options", [{}, {"axis": (0, 1)}, {"where": "mask"}])
 def test_kl_divergence_with_log_targets(dtype, options):
-    log_predictions = torch.log_softmax(randn(3, 4, dtype=dtype), -1)
-    log_targets = torch.log_softmax(randn(3, 4, dtype=dtype, seed=1), -1)
+    log_predictions = torch.log_softmax(seeded_randn(3, 4, dtype=dtype), -1)
+    log_targets = torch.log_softmax(seeded_randn(3, 4, dtype=dtype, seed=1), -1)
     if options.get("where") == "mask":
         options = {"where": torch.tensor([[True], [False], [True]])}
     compare_function_with_optax(losses.kl_divergence_with_log_targets,
@@ -265,11 +253,11 @@ def test_convex_kl_divergence_is_deprecated_alias():
 
 
 def _ctc_inputs(dtype, batch=3, steps=6, num_classes=5, max_label_len=3, seed=0):
-    logits = randn(batch, steps, num_classes, dtype=dtype, seed=seed, scale=2.0)
+    logits = seeded_randn(batch, steps, num_classes, dtype=dtype, seed=seed, scale=2.0)
     logit_paddings = torch.zeros(batch, steps, dtype=dtype)
     logit_paddings[1, 4:] = 1.0
     logit_paddings[2, 5:] = 1.0
-    labels = randint(num_classes - 1, batch, max_label_len, seed=seed + 1) + 1
+    labels = seeded_randint(num_classes - 1, batch, max_label_len, seed=seed + 1) + 1
     labels[0, 1] = labels[0, 0]  # a repeated label needs a blank in between
     label_paddings = torch.zeros(batch, max_label_len, dtype=dtype)
     label_paddings[1, 2:] = 1.0
@@ -317,10 +305,10 @@ def test_ctc_loss_shape_errors():
 @pytest.mark.parametrize("alpha, gamma, soft", [(None, 2.0, False), (0.25, 2.0, True),
                                                 (0.5, 0.0, False), (0.8, 1.5, True)])
 def test_sigmoid_focal_loss(dtype, alpha, gamma, soft):
-    logits = torch.cat([randn(10, dtype=dtype, scale=3.0),
+    logits = torch.cat([seeded_randn(10, dtype=dtype, scale=3.0),
                         torch.tensor([-60.0, 60.0], dtype=dtype)])
     labels = (torch.rand(12, generator=torch.Generator().manual_seed(1), dtype=dtype)
-              if soft else randint(2, 12, seed=1))
+              if soft else seeded_randint(2, 12, seed=1))
     compare_function_with_optax(losses.sigmoid_focal_loss, optax.losses.sigmoid_focal_loss,
                                 (logits, labels), {"alpha": alpha, "gamma": gamma},
                                 dtype=dtype, grad_argnums=(0,))
@@ -331,7 +319,7 @@ def test_sigmoid_focal_loss(dtype, alpha, gamma, soft):
 
 def test_losses_compose_with_torch_func():
     # The custom backward passes also work under torch.func transforms.
-    logits = randn(4, 3, scale=2.0)
+    logits = seeded_randn(4, 3, scale=2.0)
     labels = probabilities(4, 3, dtype=torch.float32, seed=1)
     per_example = torch.func.vmap(losses.safe_softmax_cross_entropy)(logits, labels)
     np.testing.assert_allclose(per_example.numpy(),
