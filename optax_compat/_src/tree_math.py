@@ -538,3 +538,31 @@ def ema_in_dtypes(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
     rounded = scalar_like(decay, values)
     complement = ([1 - d for d in rounded] if isinstance(rounded, list) else 1 - rounded)
     return add(mul(values, complement), mul(moments, scalar_like(decay, moments)))
+
+
+def ravel(xs: Leaves) -> torch.Tensor:
+    """All leaves concatenated into one flat vector in their promoted dtype.
+
+    The vector of JAX's ``flatten_util.ravel_pytree``, in the leaves' flattening order;
+    :func:`unravel` is its inverse.
+    """
+    if not xs:
+        return torch.zeros(0)
+    dtype = xs[0].dtype
+    for x in xs[1:]:
+        dtype = torch.promote_types(dtype, x.dtype)
+    return torch.cat([x.reshape(-1).to(dtype) for x in xs])
+
+
+def unravel(vector: torch.Tensor, like: Leaves) -> Leaves:
+    """Splits a flat ``vector`` into leaves shaped and typed like ``like`` (undoes :func:`ravel`).
+
+    Raises:
+      ValueError: if ``vector`` is not 1-D with as many elements as the leaves together.
+    """
+    sizes = [x.numel() for x in like]
+    if vector.ndim != 1 or vector.shape[0] != sum(sizes):
+        raise ValueError(f"Expected a vector of {sum(sizes)} elements, got shape "
+                         f"{tuple(vector.shape)}.")
+    pieces = torch.split(vector, sizes)
+    return [piece.reshape(x.shape).to(x.dtype) for piece, x in zip(pieces, like)]
