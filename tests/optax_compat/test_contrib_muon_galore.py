@@ -243,11 +243,43 @@ def test_update_is_pure(make_tx):
         state = new_state
 
 
-def test_muon_is_differentiable():
+MATRIX_SHAPES = {name: MUON_SHAPES[name] for name in ("w", "v", "u", "conv", "attn")}
+
+
+@pytest.mark.parametrize(("make_tx", "make_tree"), [
+    (lambda: _muon.scale_by_muon(
+        adaptive=True, preconditioning="aol",
+        weight_dimension_numbers={n: _muon_dim_nums(_muon)[n] for n in MATRIX_SHAPES}),
+     lambda seed: _rand_tree(MATRIX_SHAPES, torch.float32, seed)),
+    (lambda: _muon.muon(0.1, weight_decay=0.1, consistent_rms=0.2,
+                        muon_weight_dimension_numbers=_muon_dim_nums(_muon)),
+     lambda seed: _muon_tree(torch.float32, seed)),
+], ids=["scale_by_muon", "muon"])
+def test_muon_does_not_read_tensors_on_the_host(make_tx, make_tree, monkeypatch):
+    tx = make_tx()
+    params = make_tree(0)
+    state = tx.init(params)
+
+    def refuse(self, *args):
+        raise AssertionError("host sync in update")
+
+    for method in ("__bool__", "item", "__int__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, method, refuse)
+    for seed in (1, 2):
+        updates, state = tx.update(make_tree(seed), state, params)
+    monkeypatch.undo()
+    assert all(torch.isfinite(x).all() for x in _leaves(updates))
+
+
+@pytest.mark.parametrize("make_tx", [
+    lambda: _muon.muon(0.1, adaptive=True),
+    lambda: _galore.galore(0.1, rank=2),  # through the SVD refresh of step 0
+], ids=["muon", "galore"])
+def test_updates_are_differentiable(make_tx):
     """The update is a differentiable function of the gradients (no in-place writes)."""
-    grads = {"w": torch.randn(4, 5, dtype=torch.float64, requires_grad=True),
+    grads = {"w": torch.randn(6, 4, dtype=torch.float64, requires_grad=True),
              "b": torch.randn(5, dtype=torch.float64, requires_grad=True)}
-    tx = _muon.muon(0.1)
+    tx = make_tx()
     params = optree.tree_map(lambda g: torch.zeros_like(g.detach()), grads)
     updates, _ = tx.update(grads, tx.init(params), params)
     sum(u.square().sum() for u in _leaves(updates)).backward()
