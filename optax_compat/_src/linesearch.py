@@ -98,9 +98,15 @@ def _detached(tree: Any) -> Any:
     return tm.tree_map(torch.Tensor.detach, tree)
 
 
-def _slope(direction: base.Updates, grad: base.Updates) -> torch.Tensor:
-    """``Re <direction, conj(grad)>``: the derivative of the objective along ``direction``."""
-    return tree_utils.tree_real(tree_utils.tree_vdot(direction, tree_utils.tree_conj(grad)))
+def _slope(grad: base.Updates, direction: base.Updates) -> torch.Tensor:
+    """``Re <grad, direction>``: the derivative of the objective along ``direction``.
+
+    Gradients of complex parameters follow PyTorch's convention (the conjugate of JAX's, i.e.
+    what Optax users pass after conjugating ``jax.grad``), so this is the derivative for the
+    gradients torch.autograd returns at candidate points as well as for the ``grad`` given
+    to ``update``.
+    """
+    return tree_utils.tree_real(tree_utils.tree_vdot(grad, direction))
 
 
 def _extract_fns_kwargs(
@@ -272,7 +278,9 @@ def scale_by_backtracking_linesearch(
         params, direction, grad = _detached(params), _detached(updates), _detached(grad)
         value = _as_scalar(value, "value").detach().to(dtype=dtype,
                                                        device=state.learning_rate.device)
-        slope = _slope(direction, grad)
+        # Optax's formula on the caller's gradient, conjugated as Optax conjugates it.
+        slope = tree_utils.tree_real(
+            tree_utils.tree_vdot(direction, tree_utils.tree_conj(grad)))
 
         learning_rate = torch.minimum(increase_factor * state.learning_rate,
                                       torch.as_tensor(max_learning_rate, dtype=dtype))
@@ -429,7 +437,7 @@ def zoom_linesearch(
         step = tree_utils.tree_add_scale(params, stepsize, updates)
         value_step, grad_step = value_and_grad_fn(step, **fn_kwargs)
         value_step = value_step.to(stepsize.dtype)
-        return value_step, grad_step, _slope(updates, grad_step)
+        return value_step, grad_step, _slope(grad_step, updates)
 
     def decrease_error_of(stepsize, value_step, slope_step, value_init, slope_init):
         # The Armijo criterion, (3.7a) of Nocedal and Wright ...
@@ -639,7 +647,7 @@ def zoom_linesearch(
         else:
             raise ValueError(f"Unknown initial guess strategy: {initial_guess_strategy}")
         value = _as_scalar(value, "value").detach().to(dtype)
-        slope = _slope(updates, grad).to(dtype)
+        slope = _slope(grad, updates).to(dtype)
         zero, inf = torch.tensor(0.0, dtype=dtype), torch.tensor(math.inf, dtype=dtype)
         return ZoomLinesearchState(
             count=0, params=params, updates=updates, stepsize_guess=stepsize_guess,

@@ -153,3 +153,59 @@ def test_lbfgs_signature_defaults():
     linesearch_default = alias.lbfgs.__defaults__[-1]
     assert isinstance(linesearch_default, base.GradientTransformationExtraArgs)
     assert alias.lbfgs.__defaults__[:3] == (None, 10, True)
+
+
+def _complex_objective(lib):
+    mat = np.array([[1, -2], [3, 4], [-4 + 2j, 5 - 3j], [-2 - 2j, 6]])
+
+    def fn(z):
+        return lib.sum(lib.abs(lib.asarray(mat, dtype=z.dtype) @ z) ** 1.5)
+    return fn
+
+
+@pytest.mark.parametrize("use_zoom", [True, False], ids=["zoom", "backtracking"])
+def test_lbfgs_on_complex_params_matches_optax(use_zoom):
+    # Optax's test_lbfgs_complex. Optax callers pass the conjugate of jax.grad, which is what
+    # torch.autograd returns; the gradients a line search stores keep each library's convention.
+    import functools
+
+    import jax
+
+    def build(module, linesearch_module):
+        if use_zoom:
+            search = linesearch_module.scale_by_zoom_linesearch(max_linesearch_steps=20,
+                                                                initial_guess_strategy="one")
+        else:
+            search = linesearch_module.scale_by_backtracking_linesearch(max_backtracking_steps=20)
+        return module.lbfgs(linesearch=search)
+
+    fn, jax_fn = _complex_objective(torch), _complex_objective(jax.numpy)
+    with jax_precision(F64):
+        params = torch.tensor([1 - 1j, 0 + 1j], dtype=torch.complex128)
+        solver, theirs_solver = build(alias, linesearch), build(optax, optax)
+        theirs_params = jax.numpy.asarray(params.numpy())
+        state, theirs_state = solver.init(params), theirs_solver.init(theirs_params)
+        theirs_update = jax.jit(functools.partial(theirs_solver.update, value_fn=jax_fn))
+        for step in range(10):
+            z = params.clone().requires_grad_(True)
+            value = fn(z)
+            (grad,) = torch.autograd.grad(value, z)
+            theirs_value, theirs_grad = jax.value_and_grad(jax_fn)(theirs_params)
+            theirs_grad = jax.numpy.conj(theirs_grad)
+            updates, state = solver.update(grad, state, params, value=value.detach(), grad=grad,
+                                           value_fn=fn)
+            theirs_updates, theirs_state = theirs_update(theirs_grad, theirs_state, theirs_params,
+                                                         value=theirs_value, grad=theirs_grad)
+            params = apply_updates(params, updates)
+            theirs_params = optax.apply_updates(theirs_params, theirs_updates)
+            np.testing.assert_allclose(params.numpy(), np.asarray(theirs_params), rtol=1e-9,
+                                       err_msg=f"params step {step}")
+            ours_search, theirs_search = state[2], theirs_state[2]
+            assert int(ours_search.info.num_linesearch_steps) == int(
+                theirs_search.info.num_linesearch_steps)
+            np.testing.assert_allclose(ours_search.learning_rate.numpy(),
+                                       np.asarray(theirs_search.learning_rate), rtol=1e-9)
+            if use_zoom:
+                np.testing.assert_allclose(ours_search.grad.numpy(),
+                                           np.conj(np.asarray(theirs_search.grad)), rtol=1e-9)
+        assert fn(params) < 0.01 * fn(torch.tensor([1 - 1j, 0 + 1j], dtype=torch.complex128))
