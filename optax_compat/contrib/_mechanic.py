@@ -93,8 +93,10 @@ def mechanize(
                   **extra_args: Any) -> tuple[base.Updates, MechanicState]:
         if params is None:
             raise ValueError(base.NO_PARAMS_MSG + " (mechanize needs them.)")
+        # The raw gradients are read again below: the base optimizer must not overwrite them.
         base_updates, base_state = base_optimizer.update(
-            updates, state.base_optimizer_state, params, **extra_args)
+            updates, state.base_optimizer_state, params,
+            **control_flow.without_inplace(extra_args))
         gs, spec = tm.float_leaves(updates)
         ps = tm.leaves_like(params, spec, "params", reference=updates)
         base_steps = tm.leaves_like(base_updates, spec, "the base optimizer's updates",

@@ -63,9 +63,8 @@ class MomoAdamState(NamedTuple):
 
 def _scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
     """A 0-d tensor holding ``value`` in the lowest dtype of ``params``, on their device."""
-    count = transform._zero_count(params)
     return torch.as_tensor(value, dtype=_casting.tree_dtype(params, "lowest"),
-                           device=count.device).clone()
+                           device=transform._device_of(params)).clone()
 
 
 def _check_update_args(params: Optional[base.Params], value: Any) -> None:

@@ -77,7 +77,7 @@ def differentially_private_aggregate(
     noise_std = l2_norm_clip * noise_multiplier
 
     def init_fn(params: base.Params) -> DifferentiallyPrivateAggregateState:
-        device = transform._zero_count(params).device
+        device = transform._device_of(params)
         return DifferentiallyPrivateAggregateState(rng_key=initial_key.to(device, copy=True))
 
     def update_fn(updates: base.Updates, state: DifferentiallyPrivateAggregateState,

@@ -114,7 +114,9 @@ def sam(
 
     Returns:
       A :class:`~optax_compat.GradientTransformationExtraArgs` with a :class:`SAMState`;
-      ``update(updates, state, params, *, grad_fn=None)``.
+      ``update(updates, state, params, *, grad_fn=None)``. Other extra arguments (e.g. the
+      ``inplace`` a chain forwards) are ignored: the inner optimizers always run pure, as the
+      blend of old and new states needs the old ones intact.
 
     Raises:
       ValueError: if ``sync_period`` is below 1, or ``batch_axis_name`` is given in opaque
@@ -141,8 +143,9 @@ def sam(
     def transparent_update_fn(
         updates: base.Updates, state: SAMState, params: Optional[base.Params], *,
         grad_fn: Optional[Callable[[base.Params, int], base.Updates]] = None,
+        **extra_args: Any,
     ) -> tuple[base.Updates, SAMState]:
-        del grad_fn
+        del grad_fn, extra_args
         if params is None:
             raise ValueError(base.NO_PARAMS_MSG + " (sam needs them.)")
         first_step = state.steps_since_sync == 0
@@ -173,7 +176,9 @@ def sam(
     def opaque_update_fn(
         updates: base.Updates, state: SAMState, params: Optional[base.Params], *,
         grad_fn: Optional[Callable[[base.Params, int], base.Updates]] = None,
+        **extra_args: Any,
     ) -> tuple[base.Updates, SAMState]:
+        del extra_args
         if grad_fn is None:
             raise ValueError("grad_fn must be provided when opaque_mode=True.")
         if params is None:

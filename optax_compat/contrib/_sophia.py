@@ -79,7 +79,7 @@ def hutchinson_estimator_diag_hessian(
     initial_key = utils.canonicalize_key(random_seed if random_seed is not None else 0)
 
     def init_fn(params: base.Params) -> HutchinsonState:
-        device = transform._zero_count(params).device
+        device = transform._device_of(params)
         return HutchinsonState(key=initial_key.to(device, copy=True))
 
     def update_fn(updates: base.Updates, state: HutchinsonState,
@@ -194,8 +194,10 @@ def scale_by_sophia(
             scaled = tm.minimum(tm.maximum(scaled, -clip_threshold), clip_threshold)
 
         def estimate_hessian_diagonal() -> tuple[Any, tm.Leaves]:
+            # Off the update interval the old estimator state is kept: it must stay intact.
             diagonal, hessian_fn_state = hessian_diagonal_fn.update(
-                updates, state.hessian_fn_state, params=params, **hess_fn_kwargs)
+                updates, state.hessian_fn_state, params=params,
+                **control_flow.without_inplace(hess_fn_kwargs))
             estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
                                        reference=updates)
             return hessian_fn_state, transform._update_moment(nus, estimates, b2)

@@ -81,3 +81,28 @@ def test_mechanize_gradient_is_nan_as_in_optax():
     # Mechanic's first step has h = 0 and takes sqrt(h ** 2): JAX's gradient through two
     # Optax steps is NaN as well (checked with jax.grad), so this is Optax's behaviour.
     assert torch.isnan(_gradient_through_two_steps("mechanize")).all()
+
+
+@pytest.mark.parametrize("name", ["mechanize", "sam", "sophia", "schedule_free_adamw"])
+def test_a_forwarded_inplace_request_gives_the_pure_numbers(name):
+    # Chains (and torchopt_fn) forward ``inplace=True`` to wrappers; the wrappers that read
+    # their inputs again, or may keep an old inner state, must still compute the pure result.
+    def adam_based(tx_name):
+        if tx_name == "mechanize":
+            return _mechanic.mechanize(ox.adam(1.0))
+        if tx_name == "sam":
+            return _sam.sam(ox.adam(0.1), ox.chain(_sam.normalize(), ox.adam(0.05)))
+        if tx_name == "sophia":
+            return _sophia.sophia(0.1, update_interval=2,
+                                  hessian_diagonal_fn=_squared_gradients())
+        return CASES[tx_name]()
+
+    params = make_tree()
+    pure_tx, inplace_tx = adam_based(name), adam_based(name)
+    pure_state, inplace_state = pure_tx.init(params), inplace_tx.init(params)
+    for step in range(3):
+        pure_updates, pure_state = pure_tx.update(make_tree(seed=step + 1), pure_state, params)
+        inplace_updates, inplace_state = inplace_tx.update(make_tree(seed=step + 1),
+                                                           inplace_state, params, inplace=True)
+        torch.testing.assert_close(inplace_updates, pure_updates, rtol=0, atol=0)
+        params = ox.apply_updates(params, pure_updates)
