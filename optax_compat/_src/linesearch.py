@@ -274,19 +274,19 @@ def scale_by_backtracking_linesearch(
             raise ValueError(base.NO_PARAMS_MSG)
         _check_extra_args(name, value, grad, value_fn)
         fn_kwargs = _value_fn_kwargs(value_fn, extra_args, name)
-        dtype = state.learning_rate.dtype
+        dtype, device = state.learning_rate.dtype, state.learning_rate.device
         params, direction, grad = _detached(params), _detached(updates), _detached(grad)
-        value = _as_scalar(value, "value").detach().to(dtype=dtype,
-                                                       device=state.learning_rate.device)
+        value = _as_scalar(value, "value").detach().to(dtype=dtype, device=device)
         # Optax's formula on the caller's gradient, conjugated as Optax conjugates it.
         slope = tree_utils.tree_real(
             tree_utils.tree_vdot(direction, tree_utils.tree_conj(grad)))
 
         learning_rate = torch.minimum(increase_factor * state.learning_rate,
-                                      torch.as_tensor(max_learning_rate, dtype=dtype))
+                                      torch.as_tensor(max_learning_rate, dtype=dtype,
+                                                      device=device))
         new_value = value
         new_grad = tree_utils.tree_zeros_like(params)
-        decrease_error = torch.tensor(math.inf, dtype=dtype)
+        decrease_error = torch.tensor(math.inf, dtype=dtype, device=device)
         iter_num = 0
         while not bool(decrease_error <= atol) and iter_num <= max_backtracking_steps:
             if iter_num > 0:
@@ -320,7 +320,7 @@ def scale_by_backtracking_linesearch(
             value=new_value,
             grad=tree_utils.tree_cast_like(new_grad, state.grad) if store_grad else None,
             info=BacktrackingLinesearchInfo(
-                num_linesearch_steps=torch.tensor(iter_num, dtype=torch.int32),
+                num_linesearch_steps=torch.tensor(iter_num, dtype=torch.int32, device=device),
                 decrease_error=decrease_error.to(dtype)))
         return tree_utils.tree_scale(new_learning_rate, updates), new_state
 
@@ -523,8 +523,8 @@ def zoom_linesearch(
         max_stepsize_reached = False
         if max_stepsize is not None:
             max_stepsize_reached = bool(new_stepsize >= max_stepsize)
-            new_stepsize = torch.minimum(new_stepsize,
-                                         torch.as_tensor(max_stepsize, dtype=new_stepsize.dtype))
+            new_stepsize = torch.minimum(new_stepsize, torch.as_tensor(
+                max_stepsize, dtype=new_stepsize.dtype, device=new_stepsize.device))
 
         new_value, new_grad, new_slope = value_and_slope_on_line(
             value_and_grad_fn, state.params, new_stepsize, state.updates, fn_kwargs)
@@ -639,16 +639,17 @@ def zoom_linesearch(
     def init_fn(updates: base.Updates, params: base.Params, *, value: torch.Tensor,
                 grad: base.Updates, prev_stepsize: Scalar = 1.0,
                 initial_guess_strategy: str = "one") -> ZoomLinesearchState:
-        dtype = _value_dtype(params)
+        dtype, device = _value_dtype(params), tm.leaves(params)[0].device
         if initial_guess_strategy == "one":
-            stepsize_guess = torch.tensor(1.0, dtype=dtype)
+            stepsize_guess = torch.tensor(1.0, dtype=dtype, device=device)
         elif initial_guess_strategy == "keep":
-            stepsize_guess = torch.as_tensor(prev_stepsize, dtype=dtype)
+            stepsize_guess = torch.as_tensor(prev_stepsize, dtype=dtype, device=device)
         else:
             raise ValueError(f"Unknown initial guess strategy: {initial_guess_strategy}")
-        value = _as_scalar(value, "value").detach().to(dtype)
+        value = _as_scalar(value, "value").detach().to(dtype=dtype, device=device)
         slope = _slope(grad, updates).to(dtype)
-        zero, inf = torch.tensor(0.0, dtype=dtype), torch.tensor(math.inf, dtype=dtype)
+        zero = torch.tensor(0.0, dtype=dtype, device=device)
+        inf = torch.tensor(math.inf, dtype=dtype, device=device)
         return ZoomLinesearchState(
             count=0, params=params, updates=updates, stepsize_guess=stepsize_guess,
             stepsize=zero, value=value, grad=grad, slope=slope,
@@ -806,7 +807,8 @@ def scale_by_zoom_linesearch(
             value=search.value.to(dtype),
             grad=tree_utils.tree_cast_like(search.grad, state.grad),
             info=ZoomLinesearchInfo(
-                num_linesearch_steps=torch.tensor(search.count, dtype=torch.int32),
+                num_linesearch_steps=torch.tensor(search.count, dtype=torch.int32,
+                                                  device=learning_rate.device),
                 decrease_error=search.decrease_error.to(dtype),
                 curvature_error=search.curvature_error.to(dtype)))
         return tree_utils.tree_scale(learning_rate, updates), new_state

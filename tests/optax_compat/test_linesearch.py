@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import optax
+import optree
 import pytest
 import torch
 
@@ -379,3 +380,42 @@ def test_returns_gradient_transformation_extra_args():
     assert isinstance(linesearch.scale_by_zoom_linesearch(3), base.GradientTransformationExtraArgs)
     assert isinstance(linesearch.scale_by_backtracking_linesearch(3),
                       base.GradientTransformationExtraArgs)
+
+
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, F64]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("hyperparameter_dtype", FLOAT_DTYPES)
+def test_state_dtypes_are_stable(dtype, hyperparameter_dtype):
+    # Optax's test_dtype_stability: tensor hyperparameters and objective values of another
+    # dtype do not change the dtypes of the state or of the updates.
+    def hyper(names):
+        return {k: torch.tensor(1e-5, dtype=hyperparameter_dtype) for k in names}
+
+    backtracking = ["slope_rtol", "decrease_factor", "increase_factor", "max_learning_rate",
+                    "atol", "rtol"]
+    zoom = ["tol", "increase_factor", "slope_rtol", "curv_rtol", "approx_dec_rtol",
+            "stepsize_precision"]
+    params = torch.tensor([1.0, 2.0], dtype=dtype)
+    for tx in (linesearch.scale_by_backtracking_linesearch(5, **hyper(backtracking)),
+               linesearch.scale_by_backtracking_linesearch(5, store_grad=True,
+                                                           **hyper(backtracking)),
+               linesearch.scale_by_zoom_linesearch(5, **hyper(zoom))):
+        state = tx.init(params)
+        updates, new_state = tx.update(
+            params, state, params, value=1.0, grad=params,
+            value_fn=lambda x: torch.sum(x ** 2).to(hyperparameter_dtype))
+        assert updates.dtype == dtype
+        assert [x.dtype for x in optree.tree_leaves(new_state)] == [
+            x.dtype for x in optree.tree_leaves(state)]
+
+
+def test_successful_searches_print_nothing(capsys):
+    fn = _dot(torch)
+    params = torch.tensor([1.0, -2.0], dtype=F64)
+    for tx in (linesearch.scale_by_backtracking_linesearch(15, verbose=True),
+               linesearch.scale_by_zoom_linesearch(15, verbose=True)):
+        tx.update(-2.0 * params, tx.init(params), params, value=fn(params), grad=2.0 * params,
+                  value_fn=fn)
+    assert capsys.readouterr().out == ""
