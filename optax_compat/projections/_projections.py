@@ -154,20 +154,6 @@ class _UnitSimplexProjection(torch.autograd.Function):
         return _UnitSimplexProjection._apply_jacobian(projection, values_tangent)
 
 
-def _ravel(xs: tm.Leaves) -> torch.Tensor:
-    """All leaves as one flat vector in their promoted dtype (``ravel_pytree``'s vector)."""
-    dtype = xs[0].dtype
-    for x in xs[1:]:
-        dtype = torch.promote_types(dtype, x.dtype)
-    return torch.cat([x.reshape(-1).to(dtype) for x in xs])
-
-
-def _unravel(vector: torch.Tensor, xs: tm.Leaves) -> tm.Leaves:
-    """Splits ``vector`` back into leaves shaped and typed like ``xs``."""
-    pieces = torch.split(vector, [x.numel() for x in xs])
-    return [piece.reshape(x.shape).to(x.dtype) for piece, x in zip(pieces, xs)]
-
-
 def projection_simplex(tree: Any, scale: Scalar = 1) -> Any:
     r"""Projection onto a simplex.
 
@@ -191,9 +177,9 @@ def projection_simplex(tree: Any, scale: Scalar = 1) -> Any:
     xs, spec = _tensor_leaves(tree, "tree")
     if not xs:
         return tree
-    values = _ravel(xs)
+    values = tm.ravel(xs)
     projected = scale * _UnitSimplexProjection.apply(values / scale)
-    return tm.unflatten(spec, _unravel(projected, xs))
+    return tm.unflatten(spec, tm.unravel(projected, xs))
 
 
 def projection_l1_sphere(tree: Any, scale: Scalar = 1) -> Any:
