@@ -142,3 +142,20 @@ def test_signature_matches_optax(name):
     theirs = inspect.signature(getattr(optax.assignment, name)).parameters
     assert [(p.name, p.kind, p.default) for p in ours.values()] == [
         (p.name, p.kind, p.default) for p in theirs.values()]
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_integer_costs_match_optax(name):
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    theirs = jax.jit(getattr(optax.assignment, name))
+    rng = np.random.default_rng(2)
+    for shape in [(3, 5), (5, 3)]:
+        for _ in range(3):
+            costs = rng.integers(-3, 4, size=shape)
+            i, j = getattr(assignment, name)(torch.from_numpy(costs))
+            their_i, their_j = theirs(jnp.asarray(costs, dtype=jnp.int32))
+            np.testing.assert_array_equal(i.numpy(), np.asarray(their_i))
+            np.testing.assert_array_equal(j.numpy(), np.asarray(their_j))

@@ -276,3 +276,15 @@ def test_affine_projection_properties(values, other, b):
     residual = tree_utils.tree_sub(x, line)
     assert abs(tree_utils.tree_vdot(residual, a)) < 1e-8 * (1 + flat(x).norm() * flat(a).norm())
 
+
+
+def test_inputs_are_not_modified():
+    tree = make_tree(torch.float64, seed=6)
+    other = make_tree(torch.float64, seed=8)
+    snapshot = [leaf.clone() for leaf in leaves(tree)]
+    for name in RADIUS_PROJECTIONS:
+        getattr(proj, name)(tree, 0.5)
+    proj.projection_non_negative(tree)
+    proj.projection_box(tree, -0.1, 0.1)
+    proj.projection_halfspace(tree, other, -1.0)
+    assert all(torch.equal(a, b) for a, b in zip(leaves(tree), snapshot))
