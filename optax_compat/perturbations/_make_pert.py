@@ -139,7 +139,8 @@ def make_perturbed_fun(
         # The noise recovered from the detached points depends on x (and sigma) again: its log
         # density carries the gradient of the perturbation distribution.
         recovered = [(point - leaf) / sigma for leaf, point in zip(xs, shifted)]
-        per_leaf = [noise.log_prob(z).reshape(num_samples, -1).sum(1) for z in recovered]
+        per_leaf = [noise.log_prob(z).reshape(num_samples, leaf.numel()).sum(1)
+                    for leaf, z in zip(xs, recovered)]
         box = _magicbox(sum(per_leaf[1:], start=per_leaf[0]))
         outputs, output_spec = _evaluate_batch(fun, spec, shifted, num_samples)
         weighted = [_per_sample(box, out) * out for out in outputs]
