@@ -114,6 +114,11 @@ def _projection(x: torch.Tensor, dim_nums: GaLoreDimensionNumbers, rank: int) ->
                        rows=rows, cols=cols, rank=min(rank, rows, cols))
 
 
+def _scaled(x: torch.Tensor, scale: Any) -> torch.Tensor:
+    """``scale * x``, without a pass over ``x`` for the default ``scale`` of 1 (same numbers)."""
+    return x if tm.is_one(scale) else scale * x
+
+
 class GaLoreState(NamedTuple):
     """State for the GaLore optimizer.
 
@@ -231,7 +236,8 @@ def scale_by_galore(
             tm.unflatten(spec, low_rank), state.base_optimizer_state, None)
         full_updates = [
             u if projection is None
-            else (scale * projection.from_matrix(projection.project_back(u, projector))).to(g.dtype)
+            else _scaled(projection.from_matrix(projection.project_back(u, projector)),
+                         scale).to(g.dtype)
             for u, g, projector, projection in zip(
                 tm.leaves_like(low_rank_updates, spec, "the base optimizer's updates"),
                 gs, new_projectors, leaf_projections)]
