@@ -11,7 +11,13 @@ import pytest
 import torch
 
 import optax_compat.losses as losses
-from tests.helpers import compare_function_with_optax, seeded_randint, seeded_randn
+from tests.helpers import (
+    assert_close,
+    compare_function_with_optax,
+    jax_precision,
+    seeded_randint,
+    seeded_randn,
+)
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -223,7 +229,7 @@ def test_kl_divergences(dtype, name, options):
     options = {k: torch.tensor(v) if k == "where" else v for k, v in options.items()}
     compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
                                 (log_predictions, targets), options, dtype=dtype,
-                                grad_argnums=(0,))
+                                grad_argnums=(0, 1))
     assert torch.isfinite(getattr(losses, name)(log_predictions, targets, **options)).all()
 
 
@@ -328,3 +334,25 @@ def test_losses_compose_with_torch_func():
     grad = torch.func.grad(lambda s: losses.multiclass_sparsemax_loss(
         s, torch.tensor([0, 1, 2, 0])).sum())(logits)
     assert grad.shape == logits.shape and torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("name", ["safe_softmax_cross_entropy", "softmax_cross_entropy",
+                                  "multiclass_sparsemax_loss", "sigmoid_focal_loss"])
+def test_second_derivatives_match_optax(name):
+    # Meta-learning differentiates through gradients: the custom backward passes must be
+    # differentiable too, with Optax's (custom JVP) second derivatives.
+    import jax
+    import jax.numpy as jnp
+
+    scores = seeded_randn(2, 4, dtype=torch.float64, scale=2.0)
+    labels = (torch.tensor([1, 2]) if name == "multiclass_sparsemax_loss"
+              else probabilities(2, 4, dtype=torch.float64, seed=1))
+    if name == "safe_softmax_cross_entropy":
+        scores[0, 0], labels[0] = -math.inf, torch.tensor([0.0, 0.2, 0.3, 0.5])
+    ours = torch.autograd.functional.hessian(
+        lambda s: getattr(losses, name)(s, labels).sum(), scores)
+    with jax_precision(torch.float64):
+        theirs = jax.jit(jax.hessian(
+            lambda s: getattr(optax.losses, name)(s, jnp.asarray(labels.numpy())).sum()))(
+                jnp.asarray(scores.numpy()))
+        assert_close(ours, theirs, torch.float64)
