@@ -7,14 +7,17 @@ these small matrices, and its output is projected back. The projectors are refre
 SVD of the current gradient every ``update_proj_gap`` steps.
 
 Refreshing is a data-dependent branch on the step count (Optax's ``lax.cond``): the SVD is
-computed only at refresh steps, which costs one host read of the 0-d count per ``update``.
-Computing the SVD at every step and selecting with ``torch.where`` would avoid that read but
-cost an SVD of every matrix at every step, which is what GaLore exists to avoid.
+computed only at refresh steps, which costs one host read of the 0-d count per ``update`` (none
+when no leaf is projected). Computing the SVD at every step and selecting with ``torch.where``
+would avoid that read but cost an SVD of every matrix at every step, which is what GaLore
+exists to avoid.
 
 Singular vectors are defined up to sign, and the SVD runs in float32 as in Optax. PyTorch and
 jaxlib call different LAPACK builds (MKL and OpenBLAS here), so a projector column may differ
-from Optax's by its sign and by float32 rounding; the low-rank base-optimizer state then
-differs by the same signs, while the updates agree up to that rounding.
+from Optax's by its sign and by float32 rounding, and the low-rank moments of the base
+optimizer by the same signs. The updates do not depend on those signs until a later refresh
+meets non-zero moments: moments kept in the old basis then meet gradients in the new one, and
+the result depends on the LAPACK build (in Optax as well).
 """
 
 from __future__ import annotations
@@ -220,7 +223,8 @@ def scale_by_galore(
                                         reference=updates)
         leaf_projections = projections(updates, spec)
         # Optax's lax.cond on the count; see the module docstring for why this reads it.
-        refresh = bool(state.count % update_proj_gap == 0)
+        refresh = (any(p is not None for p in leaf_projections)
+                   and bool(state.count % update_proj_gap == 0))
         low_rank, new_projectors = [], []
         for g, projector, projection in zip(gs, old_projectors, leaf_projections):
             if projection is None:
