@@ -194,6 +194,17 @@ def test_scale_by_muon_float32_momentum_of_float64_params_matches_optax():
         grads=[torch.randn_like(params) for _ in range(3)])
 
 
+@pytest.mark.parametrize("preconditioning", ["frobenius", "schatten"])
+def test_scale_by_muon_complex_matrix_matches_optax(preconditioning):
+    """Conjugate transposes where Optax has them (its Schatten step uses the plain one)."""
+    params = torch.randn(4, 6, dtype=torch.complex128)
+    compare_with_optax(
+        _muon.scale_by_muon(adaptive=True, preconditioning=preconditioning),
+        lambda: jit_optax(optax_contrib.scale_by_muon(adaptive=True,
+                                                      preconditioning=preconditioning)),
+        torch.float64, steps=2, params=params, grads=[torch.randn_like(params) for _ in range(2)])
+
+
 def test_muon_state_layout():
     params = {"w": torch.randn(3, 4)}
     state = _muon.scale_by_muon(ns_coeffs=_muon._DION_NS_COEFFS).init(params)
