@@ -31,7 +31,16 @@ class Normal:
 
     def sample(self, key: utils.KeyLike, sample_shape: Sequence[int] = (),
                dtype: DTypeLike = float) -> torch.Tensor:
-        """Draws standard normal samples of shape ``sample_shape`` from the key or seed ``key``."""
+        """Draws standard normal samples.
+
+        Args:
+          key: an int seed, an int64 seed tensor or a ``torch.Generator``.
+          sample_shape: the shape of the samples.
+          dtype: a floating-point torch dtype; ``float`` means the default dtype.
+
+        Returns:
+          A CPU tensor of shape ``sample_shape``.
+        """
         return torch.randn(tuple(sample_shape), generator=utils.generator_from_key(key),
                            dtype=_torch_dtype(dtype))
 
@@ -45,7 +54,16 @@ class Gumbel:
 
     def sample(self, key: utils.KeyLike, sample_shape: Sequence[int] = (),
                dtype: DTypeLike = float) -> torch.Tensor:
-        """Draws standard Gumbel samples ``-log(-log(U))`` of shape ``sample_shape``."""
+        """Draws standard Gumbel samples ``-log(-log(U))``, ``U`` uniform on ``[tiny, 1)``.
+
+        Args:
+          key: an int seed, an int64 seed tensor or a ``torch.Generator``.
+          sample_shape: the shape of the samples.
+          dtype: a floating-point torch dtype; ``float`` means the default dtype.
+
+        Returns:
+          A CPU tensor of shape ``sample_shape``.
+        """
         dtype = _torch_dtype(dtype)
         # Uniform on [tiny, 1) as jax.random.gumbel draws it, so that both logs stay finite.
         uniform = torch.empty(tuple(sample_shape), dtype=dtype).uniform_(
