@@ -78,14 +78,18 @@ def _check_update_args(params: Optional[base.Params], value: Any) -> None:
 def _learning_rate(learning_rate: base.ScalarOrSchedule, count: torch.Tensor,
                    dtype: torch.dtype) -> Scalar:
     """The step size bound at ``count``; a tensor value is taken in the state's ``dtype``."""
-    alpha = learning_rate(count) if callable(learning_rate) else learning_rate
-    return alpha.to(dtype) if isinstance(alpha, torch.Tensor) else alpha
+    return _in_dtype(learning_rate(count) if callable(learning_rate) else learning_rate, dtype)
 
 
 def _average(moment: torch.Tensor, value: Any, decay: Scalar) -> torch.Tensor:
     """``decay * moment + (1 - decay) * value`` with ``value`` in the dtype of ``moment``."""
     value = torch.as_tensor(value, dtype=moment.dtype, device=moment.device)
     return decay * moment + (1 - decay) * value
+
+
+def _in_dtype(value: Scalar, dtype: torch.dtype) -> Scalar:
+    """A tensor ``value`` cast to ``dtype``; Python numbers are returned as they are."""
+    return value.to(dtype) if isinstance(value, torch.Tensor) else value
 
 
 def _vdot(xs: tm.Leaves, ys: tm.Leaves) -> torch.Tensor:
@@ -249,15 +253,20 @@ def momo_adam(
         squares = tm.leaves_like(state.exp_avg_sq, spec, "state.exp_avg_sq", reference=updates)
         count = state.count
         count_inc = numerics.safe_increment(count)
-        barf = _average(state.barf, value, b1)
-        exp_avg = tm.add(tm.mul(moments, b1), tm.mul(gs, 1 - b1))
-        exp_avg_sq = tm.add(tm.mul(squares, b2), tm.mul(tm.square(gs), 1 - b2))
+        # Tensor hyperparameters are taken in the dtype of what they scale, so they never
+        # promote the state; Python numbers stay weakly typed, as in Optax.
+        decay1 = _in_dtype(b1, state.barf.dtype)
+        barf = _average(state.barf, value, decay1)
+        exp_avg = tm.add(tm.mul(moments, tm.scalar_like(b1, moments)),
+                         tm.mul(gs, tm.scalar_like(1 - b1, gs)))
+        exp_avg_sq = tm.add(tm.mul(squares, tm.scalar_like(b2, squares)),
+                            tm.mul(tm.square(gs), tm.scalar_like(1 - b2, gs)))
         second_correction = transform._bias_correction(b2, count_inc, gs).to(barf.dtype)
-        precond = tm.add(tm.sqrt(tm.div(exp_avg_sq, tm.scalar_like(second_correction,
-                                                                    exp_avg_sq))), eps)
+        second_moments = tm.div(exp_avg_sq, tm.scalar_like(second_correction, exp_avg_sq))
+        precond = tm.add(tm.sqrt(second_moments), tm.scalar_like(eps, second_moments))
         weighted = tm.div(exp_avg, precond)
         direction_norm = _vdot(exp_avg, weighted)
-        gamma = b1 * state.gamma + (1 - b1) * _vdot(gs, ps)
+        gamma = decay1 * state.gamma + (1 - decay1) * _vdot(gs, ps)
         iprod = _vdot(exp_avg, ps)
         alpha = _learning_rate(learning_rate, count, barf.dtype)
         first_correction = transform._bias_correction(b1, count_inc, gs).to(barf.dtype)

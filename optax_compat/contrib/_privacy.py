@@ -89,7 +89,8 @@ def differentially_private_aggregate(
         clipped, _ = _clipping.per_example_global_norm_clip(grads, l2_norm_clip)
         next_key, sample_key = utils.split_key(state.rng_key)
         noise = tm.leaves(_random.tree_random_like(sample_key, clipped))
-        noised = tm.div(tm.add(clipped, tm.mul(noise, noise_std)), batch_size)
+        noised = tm.div(tm.add(clipped, tm.mul(noise, tm.scalar_like(noise_std, noise))),
+                        batch_size)
         next_key = next_key.to(state.rng_key.device)
         return tm.unflatten(spec, noised), DifferentiallyPrivateAggregateState(next_key)
 

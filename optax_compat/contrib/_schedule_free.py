@@ -43,26 +43,30 @@ class ScheduleFreeState(NamedTuple):
     z: base.Params
 
 
-def _scale(xs: tm.Leaves, factor: Scalar) -> tm.Leaves:
-    """``factor * x`` per leaf, promoting as JAX does.
+def _promoted(xs: tm.Leaves, factor: Scalar) -> tuple[tm.Leaves, Scalar]:
+    """The leaves and ``factor`` in their JAX-promoted dtypes, for a factor the state holds.
 
-    A Python number is weakly typed and keeps each leaf's dtype; a tensor (a 0-d JAX array
-    in Optax) promotes a leaf of lower precision, e.g. a ``float32`` ``z`` under ``float64``
-    params.
+    Optax's ``ck`` and ``state.b1`` are 0-d arrays in the lowest dtype of the params; JAX
+    promotes a ``z`` of lower precision (``state_dtype``) when it meets them. A Python number
+    is weakly typed and changes nothing.
     """
     if not isinstance(factor, torch.Tensor):
-        return tm.mul(xs, factor)
+        return xs, factor
     promoted = [x.to(torch.promote_types(x.dtype, factor.dtype)) for x in xs]
-    return tm.mul(promoted, tm.scalar_like(factor, promoted))
+    return promoted, tm.scalar_like(factor, promoted)
+
+
+def _scale(xs: tm.Leaves, factor: Scalar) -> tm.Leaves:
+    """``factor * x`` per leaf, with JAX's promotion by a factor the state holds."""
+    return tm.mul(*_promoted(xs, factor))
 
 
 def _average_point(ys: tm.Leaves, zs: tm.Leaves, b1: Scalar) -> tm.Leaves:
-    """``x = (y - (1 - b1) * z) / b1``: the averaged point, recovered from ``y`` and ``z``."""
-    shifted = tm.sub(ys, _scale(zs, 1.0 - b1))
-    if not isinstance(b1, torch.Tensor):
-        return tm.div(shifted, b1)
-    promoted = [x.to(torch.promote_types(x.dtype, b1.dtype)) for x in shifted]
-    return tm.div(promoted, tm.scalar_like(b1, promoted))
+    """``x = (y - (1 - b1) * z) / b1``: the averaged point, recovered from ``y`` and ``z``.
+
+    ``b1`` is ``state.b1``, a Python number, or a tensor in the lowest dtype of the params.
+    """
+    return tm.div(*_promoted(tm.sub(ys, _scale(zs, 1.0 - b1)), b1))
 
 
 def schedule_free_eval_params(state: base.OptState, params: base.Params) -> base.Params:
@@ -85,6 +89,11 @@ def schedule_free_eval_params(state: base.OptState, params: base.Params) -> base
     ys, spec = tm.flatten(params)
     zs = tm.leaves_like(z, spec, "state.z", reference=params)
     return tm.unflatten(spec, _average_point(ys, zs, b1))
+
+
+def _in_dtype(value: Scalar, dtype: torch.dtype) -> Scalar:
+    """A tensor ``value`` cast to ``dtype``; Python numbers are returned as they are."""
+    return value.to(dtype) if isinstance(value, torch.Tensor) else value
 
 
 def _averaging_weight(weight: torch.Tensor, total_weight: torch.Tensor) -> torch.Tensor:
@@ -149,13 +158,14 @@ def schedule_free(
                   **extra_args: Any) -> tuple[base.Updates, ScheduleFreeState]:
         if params is None:
             raise ValueError(base.NO_PARAMS_MSG + " (schedule_free needs them.)")
-        if callable(learning_rate):
-            lr = torch.as_tensor(learning_rate(state.step_count), dtype=state.max_lr.dtype,
-                                 device=state.max_lr.device)
-            max_lr = torch.maximum(state.max_lr, lr)
-        else:
-            max_lr = torch.clamp_min(state.max_lr, learning_rate)
-        weight = max_lr ** weight_lr_power
+        # Tensor hyperparameters are taken in the params' (lowest) dtype, the dtype of the
+        # scalar state, so that they never promote it or the params.
+        dtype = state.max_lr.dtype
+        lr = learning_rate(state.step_count) if callable(learning_rate) else learning_rate
+        max_lr = torch.maximum(state.max_lr, torch.as_tensor(lr, dtype=dtype,
+                                                             device=state.max_lr.device))
+        weight = max_lr ** _in_dtype(weight_lr_power, dtype)
+        weak_b1 = _in_dtype(b1, dtype)
         total_weight = state.weight_sum + weight
         ck = _averaging_weight(weight, total_weight)
 
@@ -168,8 +178,8 @@ def schedule_free(
         zs = [z.to(old.dtype) for z, old in zip(tm.add(old_zs, steps), old_zs)]
         # ``x`` is recomputed from ``y`` rather than stored, which keeps it exact even when a
         # transformation wrapped around this one modifies ``y``.
-        xs = tm.add(_scale(_average_point(ys, old_zs, b1), 1.0 - ck), _scale(zs, ck))
-        new_ys = tm.add(_scale(xs, b1), _scale(zs, 1.0 - b1))
+        xs = tm.add(_scale(_average_point(ys, old_zs, weak_b1), 1.0 - ck), _scale(zs, ck))
+        new_ys = tm.add(_scale(xs, weak_b1), _scale(zs, 1.0 - weak_b1))
         return tm.unflatten(spec, tm.sub(new_ys, ys)), ScheduleFreeState(
             b1=state.b1, weight_sum=total_weight,
             step_count=numerics.safe_increment(state.step_count), max_lr=max_lr,

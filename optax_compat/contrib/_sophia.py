@@ -117,6 +117,13 @@ class SophiaState(NamedTuple):
     hessian_fn_state: Any
 
 
+def _update_moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
+    """``(1 - decay) * value + decay * moment``; a tensor ``decay`` never promotes a leaf."""
+    if isinstance(decay, torch.Tensor):
+        return tm.ema_in_dtypes(moments, values, decay)
+    return transform._update_moment(moments, values, decay)
+
+
 def _report_win_rate(updates: tm.Leaves, clip_threshold: Scalar, count: torch.Tensor,
                      every_n_steps: int) -> None:
     """Prints the fraction of unclipped coordinates (reads the device: verbose mode only)."""
@@ -184,14 +191,17 @@ def scale_by_sophia(
         mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
         nus = tm.leaves_like(state.nu, spec, "state.nu", reference=updates)
 
-        mu = transform._update_moment(mus, gs, b1)
+        mu = _update_moment(mus, gs, b1)
         mu_hat = transform._debias(mu, transform._bias_correction(b1, count_inc, mu))
-        scaled = tm.div(mu_hat, tm.maximum(tm.mul(nus, gamma), eps))
+        curvature = tm.maximum(tm.mul(nus, tm.scalar_like(gamma, nus)), tm.scalar_like(eps, nus))
+        scaled = tm.div(mu_hat, curvature)
         if clip_threshold is not None:
             if verbose:
                 _report_win_rate(scaled, clip_threshold, count_inc,
                                  print_win_rate_every_n_steps)
-            scaled = tm.minimum(tm.maximum(scaled, -clip_threshold), clip_threshold)
+            bound = tm.scalar_like(clip_threshold, scaled)
+            scaled = tm.minimum(tm.maximum(scaled, tm.neg(bound) if isinstance(bound, list)
+                                           else -bound), bound)
 
         def estimate_hessian_diagonal() -> tuple[Any, tm.Leaves]:
             # Off the update interval the old estimator state is kept: it must stay intact.
@@ -200,7 +210,7 @@ def scale_by_sophia(
                 **control_flow.without_inplace(hess_fn_kwargs))
             estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
                                        reference=updates)
-            return hessian_fn_state, transform._update_moment(nus, estimates, b2)
+            return hessian_fn_state, _update_moment(nus, estimates, b2)
 
         hessian_fn_state, nu = control_flow.cond(
             torch.remainder(state.count, update_interval) == 0, estimate_hessian_diagonal,

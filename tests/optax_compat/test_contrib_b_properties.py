@@ -1,5 +1,6 @@
 """Properties shared by the contrib (part B) transformations: no host sync, differentiable."""
 
+import optax
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ from optax_compat.contrib import (
     _schedule_free,
     _sophia,
 )
-from tests.helpers import make_tree
+from tests.helpers import compare_with_optax, jit_optax, make_tree
 
 
 def _squared_gradients():
@@ -106,3 +107,54 @@ def test_a_forwarded_inplace_request_gives_the_pure_numbers(name):
                                                            inplace_state, params, inplace=True)
         torch.testing.assert_close(inplace_updates, pure_updates, rtol=0, atol=0)
         params = ox.apply_updates(params, pure_updates)
+
+
+def _hyperparameter():
+    return torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+
+
+TENSOR_HYPERPARAMETER_CASES = {
+    "momo": (lambda h: _momo.momo(h, beta=0.8, weight_decay=h * 0.2, adapt_lower_bound=True),
+             lambda: optax.contrib.momo(0.5, beta=0.8, weight_decay=0.1,
+                                        adapt_lower_bound=True)),
+    "momo_adam": (lambda h: _momo.momo_adam(h, b1=h + 0.3, b2=h + 0.4, eps=h * 2e-3,
+                                            weight_decay=h * 0.2, adapt_lower_bound=True),
+                  lambda: optax.contrib.momo_adam(0.5, b1=0.8, b2=0.9, eps=1e-3,
+                                                  weight_decay=0.1, adapt_lower_bound=True)),
+    "mechanize": (lambda h: _mechanic.mechanize(ox.sgd(1.0), weight_decay=h * 0.2,
+                                                s_init=h * 2e-3),
+                  lambda: optax.contrib.mechanize(optax.sgd(1.0), weight_decay=0.1,
+                                                  s_init=1e-3)),
+    "schedule_free": (lambda h: _schedule_free.schedule_free(ox.sgd(0.1), h * 0.2,
+                                                             b1=h + 0.3, weight_lr_power=h * 3),
+                      lambda: optax.contrib.schedule_free(optax.sgd(0.1), 0.1, b1=0.8,
+                                                          weight_lr_power=1.5)),
+    "sophia": (lambda h: _sophia.sophia(h * 0.2, b1=h + 0.4, b2=h + 0.4, eps=h * 2e-3,
+                                        gamma=h, clip_threshold=h * 2, update_interval=1,
+                                        hessian_diagonal_fn=_squared_gradients()),
+               lambda: optax.contrib.sophia(
+                   0.1, b1=0.9, b2=0.9, eps=1e-3, gamma=0.5, clip_threshold=1.0,
+                   update_interval=1,
+                   hessian_diagonal_fn=optax.stateless(lambda u, p: optax.tree.mul(u, u)))),
+}
+
+
+@pytest.mark.parametrize("name", list(TENSOR_HYPERPARAMETER_CASES))
+def test_float64_tensor_hyperparameters_match_optax_keep_float32_and_are_differentiable(name):
+    ours, theirs = TENSOR_HYPERPARAMETER_CASES[name]
+    hyperparameter = _hyperparameter()
+    tx = ours(hyperparameter)
+    extra_args = (lambda step: {"value": torch.tensor(2.0 - 0.2 * step)}) if (
+        name.startswith("momo")) else None
+    compare_with_optax(tx, lambda: jit_optax(theirs()), torch.float32, steps=3,
+                       extra_args=extra_args)
+    params, state = make_tree(), tx.init(make_tree())
+    for step in range(2):
+        updates, state = tx.update(make_tree(seed=step + 1), state, params,
+                                   **(extra_args(step) if extra_args else {}))
+        params = ox.apply_updates(params, updates)
+    floating = [x for x in tree_math.leaves((updates, state)) if x.is_floating_point()]
+    assert all(x.dtype == torch.float32 for x in floating)
+    (gradient,) = torch.autograd.grad(params["layer"]["w"].sum(), hyperparameter)
+    # Mechanic's gradient is NaN in Optax too (see test_mechanize_gradient_is_nan_as_in_optax).
+    assert torch.isfinite(gradient) or (name == "mechanize" and torch.isnan(gradient))
