@@ -285,7 +285,7 @@ def scale_by_backtracking_linesearch(
                                       torch.as_tensor(max_learning_rate, dtype=dtype,
                                                       device=device))
         new_value = value
-        new_grad = tree_utils.tree_zeros_like(params)
+        new_grad = tree_utils.tree_zeros_like(params) if store_grad else None
         decrease_error = torch.tensor(math.inf, dtype=dtype, device=device)
         iter_num = 0
         while not bool(decrease_error <= atol) and iter_num <= max_backtracking_steps:
@@ -318,7 +318,7 @@ def scale_by_backtracking_linesearch(
         new_state = ScaleByBacktrackingLinesearchState(
             learning_rate=new_learning_rate,
             value=new_value,
-            grad=tree_utils.tree_cast_like(new_grad, state.grad) if store_grad else None,
+            grad=None if new_grad is None else tree_utils.tree_cast_like(new_grad, state.grad),
             info=BacktrackingLinesearchInfo(
                 num_linesearch_steps=torch.tensor(iter_num, dtype=torch.int32, device=device),
                 decrease_error=decrease_error.to(dtype)))
