@@ -222,4 +222,16 @@ from optax_compat.transforms._monitoring import (
     snapshot,
 )
 
+# Submodules beyond the optimizer core ----------------------------------------------------------
+# isort: split
+from optax_compat import (
+    assignment,
+    experimental,
+    microbatching,
+    perturbations,
+    projections,
+    second_order,
+)
+from optax_compat.microbatching import microbatch
+
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.
