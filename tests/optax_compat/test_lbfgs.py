@@ -28,7 +28,7 @@ def test_scale_by_lbfgs_matches_optax_on_random_trees(dtype, memory_size, scale_
         dtype, steps=6)
 
 
-# (name of the case, ours, theirs, problem, steps, resync). Rosenbrock's trajectory is chaotic:
+# (case, build(module) -> solver, problem, steps, resync). Rosenbrock's trajectory is chaotic:
 # those cases restart ours from Optax's params and state at each step, so that each step is
 # compared from identical inputs; the others run freely from start to end.
 LBFGS_CASES = [
