@@ -67,9 +67,9 @@ def _scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
                            device=transform._device_of(params)).clone()
 
 
-def _check_update_args(params: Optional[base.Params], value: Any) -> None:
+def _check_update_args(name: str, params: Optional[base.Params], value: Any) -> None:
     if params is None:
-        raise ValueError(base.NO_PARAMS_MSG + " (momo needs them.)")
+        raise ValueError(f"{base.NO_PARAMS_MSG} ({name} needs them.)")
     if value is None:
         raise ValueError("You need to pass the latest loss value to Momo as `value=`, e.g. "
                          "from `torch.func.grad_and_value`.")
@@ -177,7 +177,7 @@ def momo(
     def update_fn(updates: base.Updates, state: MomoState, params: Optional[base.Params],
                   *, value: Any, **extra_args: Any) -> tuple[base.Updates, MomoState]:
         del extra_args
-        _check_update_args(params, value)
+        _check_update_args("momo", params, value)
         gs, spec = tm.float_leaves(updates)
         ps = tm.leaves_like(params, spec, "params", reference=updates)
         moments = tm.leaves_like(state.exp_avg, spec, "state.exp_avg", reference=updates)
@@ -246,7 +246,7 @@ def momo_adam(
     def update_fn(updates: base.Updates, state: MomoAdamState, params: Optional[base.Params],
                   *, value: Any, **extra_args: Any) -> tuple[base.Updates, MomoAdamState]:
         del extra_args
-        _check_update_args(params, value)
+        _check_update_args("momo_adam", params, value)
         gs, spec = tm.float_leaves(updates)
         ps = tm.leaves_like(params, spec, "params", reference=updates)
         moments = tm.leaves_like(state.exp_avg, spec, "state.exp_avg", reference=updates)

@@ -60,12 +60,18 @@ def _run_against_optax(ours_tx, theirs_tx, dtype, steps=5):
      torch.float32),
     ({"learning_rate": 0.05, "update_interval": 1, "gamma": 2.0, "mu_dtype": "float32"},
      torch.float64),
-], ids=["default", "interval_2_decay", "no_clip", "mu_dtype"])
+    ({"learning_rate": 0.1, "weight_decay": 0.5, "weight_decay_mask": "matrices"},
+     torch.float32),
+], ids=["default", "interval_2_decay", "no_clip", "mu_dtype", "decay_mask"])
 def test_sophia_matches_optax_on_a_separable_objective(kwargs, dtype):
     theirs_kwargs = {**kwargs}
     if "mu_dtype" in kwargs:
         kwargs = {**kwargs, "mu_dtype": torch.float32}
         theirs_kwargs["mu_dtype"] = jnp.float32
+    if "weight_decay_mask" in kwargs:
+        kwargs = {**kwargs, "weight_decay_mask": lambda p: tree_math.tree_map(
+            lambda x: x.ndim > 1, p)}
+        theirs_kwargs["weight_decay_mask"] = lambda p: jax.tree.map(lambda x: x.ndim > 1, p)
     with jax_precision(dtype):
         theirs_tx = optax.contrib.sophia(**theirs_kwargs)
     state = _run_against_optax(_sophia.sophia(**kwargs), theirs_tx, dtype)
