@@ -209,3 +209,31 @@ def test_lbfgs_on_complex_params_matches_optax(use_zoom):
                 np.testing.assert_allclose(ours_search.grad.numpy(),
                                            np.conj(np.asarray(theirs_search.grad)), rtol=1e-9)
         assert fn(params) < 0.01 * fn(torch.tensor([1 - 1j, 0 + 1j], dtype=torch.complex128))
+
+
+def test_lbfgs_trains_a_module_through_functional_call_under_no_grad():
+    # An ordinary PyTorch loss: the line search differentiates it itself, even in no_grad.
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(),
+                                torch.nn.Linear(16, 1)).double()
+    inputs = torch.randn(64, 3, dtype=F64)
+    targets = torch.sin(inputs.sum(1, keepdim=True))
+
+    def loss(params):
+        return torch.mean((functional_call(model, params, (inputs,)) - targets) ** 2)
+
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    initial = loss(params).item()
+    solver = alias.lbfgs()
+    state = solver.init(params)
+    value_and_grad = linesearch.value_and_grad_from_state(loss)
+    with torch.no_grad():
+        for _ in range(30):
+            value, grad = value_and_grad(params, state=state)
+            updates, state = solver.update(grad, state, params, value=value, grad=grad,
+                                           value_fn=loss)
+            params = apply_updates(params, updates)
+    assert loss(params).item() < 0.05 * initial
+    assert all(not p.requires_grad for p in params.values())
