@@ -2,8 +2,11 @@
 
 Sophia divides the momentum by a moving average of an estimate of the Hessian diagonal and
 clips the result elementwise. The default estimate is Hutchinson's: ``u * (H u)`` for a random
-sign vector ``u``, with the Hessian-vector product computed by forward-over-reverse
-differentiation of the objective (``torch.func.jvp`` of ``torch.func.grad``).
+sign vector ``u``. Optax computes the Hessian-vector product forward over reverse (``jvp`` of
+``grad``); here it is reverse over reverse (``torch.func.vjp`` of ``torch.func.grad``, equal
+since the Hessian is symmetric), because PyTorch's forward-mode coverage is narrower: e.g. the
+double derivative of ``torch._foreach_norm``, which ``optax_compat.tree_utils.tree_norm`` uses,
+has no forward-mode formula.
 
 References:
   Liu et al., `Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
@@ -44,7 +47,7 @@ def _rademacher(generator: torch.Generator, shape: tuple[int, ...], dtype: torch
 
 def _hessian_vector_product(obj_fn: Callable[[base.Params], torch.Tensor], params: base.Params,
                             vectors: base.Params) -> base.Params:
-    """``H v`` for the Hessian ``H`` of ``obj_fn`` at ``params`` (forward over reverse mode).
+    """``H v`` for the Hessian ``H`` of ``obj_fn`` at ``params``, as ``v^T H`` (reverse mode).
 
     The leaves are passed to ``torch.func`` as a flat tuple, so any optree structure works.
     """
@@ -55,8 +58,8 @@ def _hessian_vector_product(obj_fn: Callable[[base.Params], torch.Tensor], param
         return obj_fn(tm.unflatten(spec, list(leaves)))
 
     gradient = torch.func.grad(objective, argnums=tuple(range(len(primals))))
-    _, products = torch.func.jvp(gradient, tuple(primals), tuple(tangents))
-    return tm.unflatten(spec, list(products))
+    _, vector_jacobian_product = torch.func.vjp(gradient, *primals)
+    return tm.unflatten(spec, list(vector_jacobian_product(tuple(tangents))))
 
 
 def hutchinson_estimator_diag_hessian(
