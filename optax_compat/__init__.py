@@ -234,4 +234,17 @@ from optax_compat import (
 )
 from optax_compat.microbatching import microbatch
 
+# Line searches and L-BFGS ------------------------------------------------------------------------
+# isort: split
+from optax_compat._src.alias import lbfgs
+from optax_compat._src.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
+from optax_compat._src.linesearch import (
+    ScaleByBacktrackingLinesearchState,
+    ScaleByZoomLinesearchState,
+    ZoomLinesearchInfo,
+    scale_by_backtracking_linesearch,
+    scale_by_zoom_linesearch,
+    value_and_grad_from_state,
+)
+
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.

@@ -22,11 +22,6 @@ NAMESPACES = ["optax", "optax.tree_utils", "optax.tree", "optax.schedules", "opt
 SUBMODULES_NOT_YET_PORTED = {"contrib", "losses"}
 
 NOT_YET_PORTED = {
-    # Line searches and L-BFGS (a separate issue).
-    "optax.lbfgs", "optax.scale_by_lbfgs", "optax.ScaleByLBFGSState",
-    "optax.scale_by_backtracking_linesearch", "optax.ScaleByBacktrackingLinesearchState",
-    "optax.scale_by_zoom_linesearch", "optax.ScaleByZoomLinesearchState",
-    "optax.ZoomLinesearchInfo", "optax.value_and_grad_from_state",
     # Losses re-exported at the top level (the losses issue).
     "optax.convex_kl_divergence", "optax.cosine_distance", "optax.cosine_similarity",
     "optax.ctc_loss", "optax.ctc_loss_with_forward_probs", "optax.generalized_kl_divergence",
