@@ -85,8 +85,9 @@ def differentially_private_aggregate(
                   ) -> tuple[base.Updates, DifferentiallyPrivateAggregateState]:
         del params
         grads, spec = tm.flatten(updates)
-        batch_size = grads[0].shape[0]
+        # Checks first that every leaf has the batch of examples on axis 0.
         clipped, _ = _clipping.per_example_global_norm_clip(grads, l2_norm_clip)
+        batch_size = grads[0].shape[0]
         next_key, sample_key = utils.split_key(state.rng_key)
         noise = tm.leaves(_random.tree_random_like(sample_key, clipped))
         noised = tm.div(tm.add(clipped, tm.mul(noise, tm.scalar_like(noise_std, noise))),

@@ -72,6 +72,12 @@ def test_clipping_bounds_each_example_and_averages():
     assert torch.equal(grads["x"], torch.tensor([[3.0, 4.0], [0.3, 0.4]]))
 
 
+def test_aggregated_gradients_are_rejected():
+    tx = _privacy.differentially_private_aggregate(0.1, 1.1, key=2021)
+    with pytest.raises(ValueError, match="batch dimension"):
+        tx.update(make_tree(), tx.init(make_tree()))
+
+
 def test_key_arguments():
     with pytest.warns(DeprecationWarning):
         _privacy.differentially_private_aggregate(1.0, 1.0, seed=1)
