@@ -158,3 +158,13 @@ def test_float64_tensor_hyperparameters_match_optax_keep_float32_and_are_differe
     (gradient,) = torch.autograd.grad(params["layer"]["w"].sum(), hyperparameter)
     # Mechanic's gradient is NaN in Optax too (see test_mechanize_gradient_is_nan_as_in_optax).
     assert torch.isfinite(gradient) or (name == "mechanize" and torch.isnan(gradient))
+
+
+@pytest.mark.parametrize("name", ["momo", "momo_adam", "schedule_free_adamw", "mechanize",
+                                  "sophia"])
+def test_a_state_for_other_params_is_rejected_naming_the_path(name):
+    tx = CASES[name]()
+    state = tx.init({"a": torch.ones(2)})
+    params = {"b": torch.ones(2)}
+    with pytest.raises(ValueError, match=r"\['a'\]|\['b'\]"):
+        tx.update(params, state, params, **_extra_args(name, 0))
