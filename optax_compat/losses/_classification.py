@@ -135,12 +135,16 @@ class _WeightedLogSoftmax(torch.autograd.Function):
         ctx.save_for_backward(*inputs)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
         x, weights = ctx.saved_tensors
-        weighted_grad = weights * grad
-        grad_x = weighted_grad - torch.softmax(x, dim=-1) * weighted_grad.sum(-1, keepdim=True)
-        grad_weights = grad * torch.log_softmax(x, dim=-1)
-        return grad_x.sum_to_size(x.shape), grad_weights.sum_to_size(weights.shape)
+        grad_x = grad_weights = None
+        if ctx.needs_input_grad[0]:
+            weighted = weights * grad
+            grad_x = weighted - torch.softmax(x, dim=-1) * weighted.sum(-1, keepdim=True)
+            grad_x = grad_x.sum_to_size(x.shape)
+        if ctx.needs_input_grad[1]:
+            grad_weights = (grad * torch.log_softmax(x, dim=-1)).sum_to_size(weights.shape)
+        return grad_x, grad_weights
 
 
 def safe_softmax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -280,9 +280,14 @@ def test_ctc_loss_with_forward_probs(dtype, blank_id, label_dtype):
                                 optax.losses.ctc_loss_with_forward_probs,
                                 (logits, logit_paddings, labels, label_paddings),
                                 {"blank_id": blank_id}, dtype=dtype, grad_argnums=(0,))
-    compare_function_with_optax(losses.ctc_loss, optax.losses.ctc_loss,
-                                (logits, logit_paddings, labels, label_paddings),
-                                {"blank_id": blank_id, "log_epsilon": -1e4}, dtype=dtype)
+
+
+def test_ctc_loss_is_the_first_output_with_forward_probs():
+    inputs = _ctc_inputs(torch.float64)
+    loss, _, _ = losses.ctc_loss_with_forward_probs(*inputs, blank_id=1, log_epsilon=-1e4)
+    assert torch.equal(losses.ctc_loss(*inputs, blank_id=1, log_epsilon=-1e4), loss)
+    compare_function_with_optax(losses.ctc_loss, optax.losses.ctc_loss, inputs,
+                                {"log_epsilon": -1e4}, dtype=torch.float64)
 
 
 def test_ctc_loss_one_to_one_alignment_is_minus_the_log_likelihood():

@@ -54,14 +54,16 @@ def test_squared_error_refuses_to_broadcast(name):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", ["cosine_similarity", "cosine_distance"])
-@pytest.mark.parametrize("options", [{}, {"epsilon": 0.1}, {"axis": 0}, {"axis": (0, 2)},
-                                     {"axis": None}, {"where": "mask"}])
+@pytest.mark.parametrize("name, options", [
+    ("cosine_similarity", {}), ("cosine_similarity", {"epsilon": 0.1}),
+    ("cosine_similarity", {"axis": 0}), ("cosine_similarity", {"axis": (0, 2)}),
+    ("cosine_similarity", {"axis": None}), ("cosine_similarity", {"where": "mask"}),
+    ("cosine_distance", {}), ("cosine_distance", {"axis": 1, "where": "mask"})])
 def test_cosine_losses(dtype, name, options):
     predictions = seeded_randn(2, 3, 4, dtype=dtype)
     targets = seeded_randn(2, 3, 4, dtype=dtype, seed=1)
     if "where" in options:
-        options = {"where": seeded_randn(2, 3, 4, seed=2) > -0.5}
+        options = {**options, "where": seeded_randn(2, 3, 4, seed=2) > -0.5}
     compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
                                 (predictions, targets), options, dtype=dtype,
                                 grad_argnums=(0, 1))
