@@ -226,6 +226,7 @@ from optax_compat.transforms._monitoring import (
 # isort: split
 from optax_compat import (
     assignment,
+    contrib,
     experimental,
     microbatching,
     perturbations,
