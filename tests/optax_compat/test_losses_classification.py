@@ -361,3 +361,44 @@ def test_second_derivatives_match_optax(name):
             lambda s: getattr(optax.losses, name)(s, jnp.asarray(labels.numpy())).sum()))(
                 jnp.asarray(scores.numpy()))
         assert_close(ours, theirs, torch.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ["padded_sequences", "one_frame", "labels_equal_blank"])
+def test_ctc_loss_edge_cases(dtype, case):
+    if case == "padded_sequences":  # every frame of sequence 0, every label of sequence 1
+        logits, logit_paddings = seeded_randn(3, 4, 4, dtype=dtype), torch.zeros(3, 4, dtype=dtype)
+        labels, label_paddings = seeded_randint(3, 3, 2, seed=1) + 1, torch.zeros(3, 2, dtype=dtype)
+        logit_paddings[0], label_paddings[1], label_paddings[2, 1] = 1.0, 1.0, 1.0
+    elif case == "one_frame":
+        logits, logit_paddings = seeded_randn(2, 1, 3, dtype=dtype), torch.zeros(2, 1, dtype=dtype)
+        labels, label_paddings = seeded_randint(3, 2, 1, seed=1), torch.zeros(2, 1, dtype=dtype)
+    else:
+        logits, logit_paddings = seeded_randn(2, 5, 3, dtype=dtype), torch.zeros(2, 5, dtype=dtype)
+        labels = torch.tensor([[0, 1, 1], [2, 2, 2]])
+        label_paddings = torch.zeros(2, 3, dtype=dtype)
+    compare_function_with_optax(losses.ctc_loss_with_forward_probs,
+                                optax.losses.ctc_loss_with_forward_probs,
+                                (logits, logit_paddings, labels, label_paddings), dtype=dtype,
+                                grad_argnums=(0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_integer_labels_with_axes_and_mask(dtype):
+    logits = seeded_randn(2, 3, 4, dtype=dtype)
+    where = seeded_randn(2, 3, 4, seed=3) > -0.5
+    compare_function_with_optax(losses.softmax_cross_entropy_with_integer_labels,
+                                optax.losses.softmax_cross_entropy_with_integer_labels,
+                                (logits, seeded_randint(8, 3, seed=1)),
+                                {"axis": (0, 2), "where": where}, dtype=dtype, grad_argnums=(0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_multiclass_losses_with_ties_and_out_of_range_labels(dtype):
+    scores = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 5.0, 5.0], [2.0, -2.0, 0.5, 0.5]],
+                          dtype=dtype)
+    for name, labels in [("multiclass_sparsemax_loss", torch.tensor([0, 2, 3])),
+                         ("multiclass_perceptron_loss", torch.tensor([0, 7, -1])),
+                         ("multiclass_hinge_loss", torch.tensor([1, 3, 9]))]:
+        compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
+                                    (scores, labels), dtype=dtype, grad_argnums=(0,))
