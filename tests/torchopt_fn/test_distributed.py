@@ -107,7 +107,7 @@ REMOTE_CALL = f"func * args=None kwargs=None partitioner=None reducer=None timeo
     (distributed.autograd.backward, "autograd_ctx_id tensors retain_graph=False inputs=None"),
     (distributed.autograd.grad,
      "autograd_ctx_id outputs inputs retain_graph=False allow_unused=False"),
-])
+], ids=lambda value: value.__name__ if callable(value) else "signature")
 def test_signatures_follow_torchopt(function, expected):
     assert _parameters(function) == expected
 
