@@ -247,18 +247,25 @@ def compare_function_with_optax(
             call_args = [array_args.get(i, a) for i, a in enumerate(theirs_args)]
             return theirs_fn(*call_args, **{**theirs_kwargs, **array_kwargs})
 
-        compile_ = jax.jit if jit else (lambda f: f)
-        assert_close(ours_fn(*args, **kwargs), compile_(call)(array_args, array_kwargs), dtype,
-                     rtol, atol, what="outputs")
-        for argnum in grad_argnums:
-            leaf = args[argnum].detach().clone().requires_grad_(True)
-            ours_args = [leaf if i == argnum else a for i, a in enumerate(args)]
-            (ours_grad,) = torch.autograd.grad(first_sum(ours_fn(*ours_args, **kwargs)), leaf)
+        def theirs_loss(*xs: Any) -> Any:
+            return first_sum(call({**array_args, **dict(zip(grad_argnums, xs))}, array_kwargs))
 
-            def theirs_loss(x: Any, argnum: int = argnum) -> Any:
-                return first_sum(call({**array_args, argnum: x}, array_kwargs))
+        def outputs_and_grads(array_args: dict, array_kwargs: dict) -> tuple[Any, Any]:
+            grads = jax.grad(theirs_loss, argnums=tuple(range(len(grad_argnums))))(
+                *(array_args[i] for i in grad_argnums)) if grad_argnums else ()
+            return call(array_args, array_kwargs), grads
 
-            theirs_grad = compile_(jax.grad(theirs_loss))(array_args[argnum])
+        # One compiled program for the outputs and all the gradients.
+        theirs_out, theirs_grads = (jax.jit(outputs_and_grads) if jit else outputs_and_grads)(
+            array_args, array_kwargs)
+        assert_close(ours_fn(*args, **kwargs), theirs_out, dtype, rtol, atol, what="outputs")
+        if not grad_argnums:
+            return
+        leaves = {i: args[i].detach().clone().requires_grad_(True) for i in grad_argnums}
+        ours_args = [leaves.get(i, a) for i, a in enumerate(args)]
+        ours_grads = torch.autograd.grad(first_sum(ours_fn(*ours_args, **kwargs)),
+                                         list(leaves.values()))
+        for argnum, ours_grad, theirs_grad in zip(grad_argnums, ours_grads, theirs_grads):
             assert_close(ours_grad, theirs_grad, dtype, rtol, atol,
                          what=f"gradient wrt argument {argnum}")
 
