@@ -71,7 +71,7 @@ def hinge_loss(predictor_outputs: torch.Tensor, targets: Numeric) -> torch.Tenso
     Returns:
       The element-wise loss.
     """
-    return _relu(1 - predictor_outputs * targets)
+    return _relu(1 - torch.as_tensor(predictor_outputs) * targets)
 
 
 def perceptron_loss(predictor_outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -88,7 +88,7 @@ def perceptron_loss(predictor_outputs: torch.Tensor, targets: torch.Tensor) -> t
       `Perceptron <https://en.wikipedia.org/wiki/Perceptron>`_, Wikipedia
     """
     _ops.check_shapes_equal(predictor_outputs, targets)
-    return _relu(-predictor_outputs * targets)
+    return _relu(-torch.as_tensor(predictor_outputs) * targets)
 
 
 def _sparse_plus(x: torch.Tensor) -> torch.Tensor:
