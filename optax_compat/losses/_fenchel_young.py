@@ -40,6 +40,8 @@ def make_fenchel_young_loss(max_fun: MaxFun) -> Callable[..., torch.Tensor]:
     Returns:
       ``fenchel_young_loss(scores, targets, *args, **kwargs)``, operating over the last axis
       (leading axes broadcast); ``args`` and ``kwargs`` are passed to ``max_fun`` unchanged.
+      (Optax 0.2.8 documents the same, but its ``jnp.vectorize`` wrapper drops keyword
+      arguments and rejects extra positional ones.)
 
     References:
       Blondel et al, `Learning with Fenchel-Young Losses
