@@ -9,6 +9,8 @@ import numpy as np
 import optax
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import optax_compat.losses as losses
 from tests.helpers import (
@@ -402,3 +404,24 @@ def test_multiclass_losses_with_ties_and_out_of_range_labels(dtype):
                          ("multiclass_hinge_loss", torch.tensor([1, 3, 9]))]:
         compare_function_with_optax(getattr(losses, name), getattr(optax.losses, name),
                                     (scores, labels), dtype=dtype, grad_argnums=(0,))
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
+def test_integer_labels_property_against_optax(shape, data):
+    """Random shapes, class axes (one or several), label dtypes and masks."""
+    shape = tuple(shape)
+    axes = data.draw(st.lists(st.sampled_from(range(len(shape))), min_size=1,
+                              max_size=len(shape), unique=True))
+    axis = axes[0] - len(shape) if len(axes) == 1 else tuple(axes)
+    seed = data.draw(st.integers(0, 100))
+    batch_shape = tuple(s for i, s in enumerate(shape) if i not in axes)
+    labels = seeded_randint(math.prod(shape[a] for a in axes), *batch_shape, seed=seed,
+                            dtype=data.draw(st.sampled_from([torch.int32, torch.int64])))
+    kwargs = {"axis": axis}
+    if data.draw(st.booleans()):
+        kwargs["where"] = seeded_randn(*shape, seed=seed + 1) > -1.0
+    compare_function_with_optax(losses.softmax_cross_entropy_with_integer_labels,
+                                optax.losses.softmax_cross_entropy_with_integer_labels,
+                                (seeded_randn(*shape, seed=seed, scale=2.0), labels), kwargs,
+                                grad_argnums=(0,))
