@@ -739,7 +739,7 @@ def scale_by_lion(
             return _sign(xs, inplace)
         if mode == "smooth":
             return list(torch._foreach_tanh(tm.mul(xs, smooth_beta)))
-        return [torch.where(x.abs() < 1.0, x, x.sign()) for x in xs]
+        return [torch.where(x.abs() >= 1.0, x.sign(), x) for x in xs]  # NaN stays NaN
 
     def init_fn(params):
         return ScaleByLionState(count=_zero_count(params), mu=_zeros(params, mu_dtype))
@@ -1225,8 +1225,8 @@ def scale_by_rprop(
             torch.where(a == 0, s, torch.clamp(torch.where(a > 0, s * eta_plus, s * eta_minus),
                                                min_step_size, max_step_size))
             for a, s in zip(agreements, steps)]
-        new_previous = [torch.where(a < 0, torch.zeros_like(g), s * g.sign())
-                        for a, g, s in zip(agreements, gs, new_steps)]
+        new_previous = [torch.where(a < 0, torch.zeros_like(sign), s * sign)
+                        for a, sign, s in zip(agreements, tm.sign(gs), new_steps)]
         # As in Optax 0.2.8, the emitted update is the previous step's, zeroed on a sign flip.
         scaled = [torch.where(a < 0, torch.zeros_like(p), p) for a, p in zip(agreements, previous)]
         return tm.unflatten(spec, scaled), ScaleByRpropState(

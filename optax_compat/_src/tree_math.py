@@ -110,14 +110,21 @@ def check_same_structure(expected: Any, actual: Any, what: str) -> None:
 # Scalars.
 
 
-def _operand(scalar: ScalarOrLeaves, count: int) -> Any:
-    """Turns ``scalar`` into an argument every ``torch._foreach_*`` binary op accepts.
+def _operand(scalar: ScalarOrLeaves, xs: Leaves) -> Any:
+    """Turns ``scalar`` into an argument every ``torch._foreach_*`` binary op with ``xs`` accepts.
 
-    A 0-d tensor that requires grad is repeated into a list: the foreach kernels that take a
-    single tensor scalar have no backward formula, while the list form does.
+    A 0-d tensor scalar of another dtype than a 0-d leaf is cast to each leaf's dtype: torch
+    promotes two 0-d tensors to the wider dtype, so that leaf alone would change dtype while
+    every larger leaf keeps its own. A 0-d tensor that requires grad is repeated into a list:
+    the foreach kernels that take a single tensor scalar have no backward formula, while the
+    list form does.
     """
-    if isinstance(scalar, torch.Tensor) and scalar.requires_grad:
-        return [scalar] * count
+    if not isinstance(scalar, torch.Tensor):
+        return scalar
+    if any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
+        return [scalar.to(x.dtype) for x in xs]
+    if scalar.requires_grad:
+        return [scalar] * len(xs)
     return scalar
 
 
@@ -139,28 +146,28 @@ def add(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x + y`` per leaf; ``ys`` is a list of leaves or a scalar."""
     if not xs:
         return []
-    return list(torch._foreach_add(xs, _operand(ys, len(xs))))
+    return list(torch._foreach_add(xs, _operand(ys, xs)))
 
 
 def sub(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x - y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_sub(xs, _operand(ys, len(xs))))
+    return list(torch._foreach_sub(xs, _operand(ys, xs)))
 
 
 def mul(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x * y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_mul(xs, _operand(ys, len(xs))))
+    return list(torch._foreach_mul(xs, _operand(ys, xs)))
 
 
 def div(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x / y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_div(xs, _operand(ys, len(xs))))
+    return list(torch._foreach_div(xs, _operand(ys, xs)))
 
 
 def add_scaled(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
@@ -183,8 +190,20 @@ def abs(xs: Leaves) -> Leaves:
 
 
 def sign(xs: Leaves) -> Leaves:
-    """``sign(x)`` per leaf."""
-    return list(torch._foreach_sign(xs)) if xs else []
+    """``sign(x)`` per leaf, NaN staying NaN as in ``jnp.sign``.
+
+    ``torch.sign(nan)`` is 0, which would turn a NaN gradient into a silent no-op update.
+    ``maximum(sign(x), min(x, -2))`` equals ``sign(x)`` for every other value (no ties, so no
+    gradient leaks through the second operand) and carries NaN over.
+    """
+    if not xs:
+        return []
+    return list(torch._foreach_maximum(torch._foreach_sign(xs), _nan_carrier(xs)))
+
+
+def _nan_carrier(xs: Leaves) -> Leaves:
+    """``min(x, -2)`` per leaf: NaN where ``x`` is NaN, below every sign value elsewhere."""
+    return list(torch._foreach_clamp_max(xs, -2.0))
 
 
 def sqrt(xs: Leaves) -> Leaves:
@@ -210,14 +229,14 @@ def maximum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Elementwise maximum per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_maximum(xs, _operand(ys, len(xs))))
+    return list(torch._foreach_maximum(xs, _operand(ys, xs)))
 
 
 def minimum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Elementwise minimum per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_minimum(xs, _operand(ys, len(xs))))
+    return list(torch._foreach_minimum(xs, _operand(ys, xs)))
 
 
 def zeros_like(xs: Leaves, dtype: torch.dtype | None = None) -> Leaves:
@@ -316,15 +335,15 @@ def add_scaled_(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
 def mul_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x * y`` into each ``x``; the in-place twin of :func:`mul`."""
     if xs:
-        torch._foreach_mul_(xs, _operand(ys, len(xs)))
+        torch._foreach_mul_(xs, _operand(ys, xs))
     return xs
 
 
 def clamp_(xs: Leaves, low: Scalar, high: Scalar) -> Leaves:
     """Writes ``min(max(x, low), high)`` into each ``x``; the twin of ``minimum(maximum(..))``."""
     if xs:
-        torch._foreach_maximum_(xs, _operand(low, len(xs)))
-        torch._foreach_minimum_(xs, _operand(high, len(xs)))
+        torch._foreach_maximum_(xs, _operand(low, xs))
+        torch._foreach_minimum_(xs, _operand(high, xs))
     return xs
 
 
@@ -447,16 +466,18 @@ def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:
 
 
 def sign_(xs: Leaves) -> Leaves:
-    """Writes ``sign(x)`` into each ``x``."""
+    """Writes ``sign(x)`` into each ``x``, NaN staying NaN (see :func:`sign`)."""
     if xs:
+        carriers = _nan_carrier(xs)
         torch._foreach_sign_(xs)
+        torch._foreach_maximum_(xs, carriers)
     return xs
 
 
 def add_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x + y`` into each ``x``; the in-place twin of :func:`add`."""
     if xs:
-        torch._foreach_add_(xs, _operand(ys, len(xs)))
+        torch._foreach_add_(xs, _operand(ys, xs))
     return xs
 
 

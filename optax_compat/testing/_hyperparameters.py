@@ -54,6 +54,8 @@ class Spec:
         ``value_fn``); transformations needing them are left out of ``transforms()``.
       random: whether it draws random numbers (compare statistically, not bit for bit).
       scalar_leaves: whether it accepts 0-d leaves (SM3 needs at least one dimension).
+      matrix_leaves: whether it accepts only 2-d leaves (Muon's orthogonalisation without
+        dimension numbers); implies ``scalar_leaves=False``.
       per_example_grads: whether its updates are per-example gradients with a leading batch
         dimension (differential privacy); left out of ``transforms()``.
     """
@@ -63,7 +65,12 @@ class Spec:
     extra_args: tuple[str, ...] = ()
     random: bool = False
     scalar_leaves: bool = True
+    matrix_leaves: bool = False
     per_example_grads: bool = False
+
+    def __post_init__(self) -> None:
+        if self.matrix_leaves and self.scalar_leaves:
+            raise ValueError("Spec: matrix_leaves=True needs scalar_leaves=False")
 
 
 def _adam_like(**more: Any) -> dict[str, Any]:
@@ -247,7 +254,8 @@ SPECS: dict[str, Spec] = {
                                "adam_b1": DECAY, "adam_b2": SECOND_DECAY}),
     "contrib.scale_by_muon": Spec({}, {"ns_steps": st.integers(1, 6),
                                        "beta": _between(0.5, 0.99), "eps": EPS,
-                                       "nesterov": BOOL}),
+                                       "nesterov": BOOL},
+                                  scalar_leaves=False, matrix_leaves=True),
     "contrib.normalize": Spec(),
     "contrib.reduce_on_plateau": Spec({}, {"factor": _between(0.1, 0.9),
                                            "patience": st.integers(1, 5),

@@ -172,7 +172,8 @@ def transform_names(include_random: bool = False, include_extra_args: bool = Fal
     Args:
       include_random: include transformations that draw random numbers.
       include_extra_args: include those that need extra ``update`` arguments (``value``, ...).
-      include_without_scalar_leaves: include those that reject 0-d leaves (SM3).
+      include_without_scalar_leaves: include those that reject 0-d leaves (SM3) or accept
+        only matrices (``contrib.scale_by_muon``).
 
     Transformations of per-example gradients (differential privacy) are never included.
 

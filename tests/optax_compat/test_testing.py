@@ -408,10 +408,24 @@ def tiny_tree():
 
 
 def tiny_tree_for(name):
-    """SM3 needs leaves with at least one dimension, in Optax as here."""
+    """SM3 needs leaves with at least one dimension, scale_by_muon matrices, as in Optax."""
     tree = tiny_tree()
+    if SPECS[name].matrix_leaves:
+        return {k: v for k, v in tree.items() if v.ndim == 2}
     return tree if SPECS[name].scalar_leaves else {k: v for k, v in tree.items() if v.ndim}
 
+
+def leaf_shapes_for(name):
+    """Shapes to draw leaves from, or None for any shape."""
+    if SPECS[name].matrix_leaves:
+        return hnp.array_shapes(min_dims=2, max_dims=2, max_side=3)
+    return None if SPECS[name].scalar_leaves else hnp.array_shapes(min_dims=1, max_side=3)
+
+
+# Optax applies mu_dtype to these states at init only: an update with wider gradients widens
+# them (optimistic Adam's previous gradient, AdEMAMix's moments); ours follows.
+MU_DTYPE_ONLY_AT_INIT = {"optimistic_adam", "optimistic_adam_v2", "contrib.ademamix",
+                         "contrib.scale_by_ademamix"}
 
 VALUE_ONLY = [name for name in transform_names(include_extra_args=True)
               if SPECS[name].extra_args == ("value",)]
@@ -424,22 +438,21 @@ VALUE_ONLY = [name for name in transform_names(include_extra_args=True)
 def test_every_transformation_is_pure_and_keeps_its_state_on_random_trees(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
     params, (grads,) = data.draw(params_and_grads(
-        steps=1, max_leaves=3, min_value=-3, max_value=3,
-        shapes=None if SPECS[name].scalar_leaves else hnp.array_shapes(min_dims=1, max_side=3)),
+        steps=1, max_leaves=3, min_value=-3, max_value=3, shapes=leaf_shapes_for(name)),
         label="params, grads")
     extra_args = {"value": torch.tensor(1.0)} if name in VALUE_ONLY else None
     tx = resolve(optax_compat, name)(**kwargs)
     check_pure(tx, params, grads, extra_args=extra_args)
-    if not (name.startswith("optimistic_adam") and kwargs.get("mu_dtype") is not None):
-        # Optax's optimistic Adam stores its previous gradient in the dtype of the moments
-        # after the first update only (mu_dtype), so its state is not stable; ours follows.
+    if not (name in MU_DTYPE_ONLY_AT_INIT and kwargs.get("mu_dtype") is not None):
         check_state_stable(tx, params, grads, steps=3, extra_args=extra_args)
     state = tx.init(tiny_tree_for(name))
     updates, _ = tx.update(tiny_tree_for(name), state, tiny_tree_for(name),
                            **(extra_args or {}))
-    if not (kwargs.get("centered") and kwargs.get("eps_in_sqrt") is False):
-        # Centred RMSProp with eps outside the square root takes sqrt(nu - mu**2), which
-        # rounding makes slightly negative after one step: NaN in Optax as here.
+    if not (kwargs.get("eps_in_sqrt") is False
+            and (kwargs.get("centered") or name == "scale_by_stddev")):
+        # Centred RMSProp (and scale_by_stddev) with eps outside the square root takes
+        # sqrt(nu - mu**2), which rounding makes slightly negative after one step: NaN in
+        # Optax as here.
         assert all(bool(torch.isfinite(leaf).all()) for leaf in tree_math.leaves(updates))
 
 

@@ -463,3 +463,17 @@ def test_backward_through_two_updates(case):
     derivatives = torch.autograd.grad(total, leaves, allow_unused=True)
     assert any(d is not None for d in derivatives)
     assert all(torch.isfinite(d).all() for d in derivatives if d is not None)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [
+    ("scale_by_sign", {}), ("sign_sgd", {"learning_rate": 0.1}), ("lion", {"learning_rate": 0.1}),
+    ("rprop", {"learning_rate": 0.1})])
+def test_nan_gradients_stay_nan_through_sign(name, kwargs):
+    # torch.sign(nan) is 0, jnp.sign(nan) is nan: a NaN gradient must not become a silent no-op.
+    grads = [make_tree(torch.float64, seed=i + 1) for i in range(3)]
+    grads[1]["layer"]["w"][0, 1] = float("nan")
+    ours = getattr(optax_compat, name)(**kwargs)
+    compare_with_optax(ours, lambda: getattr(optax, name)(**kwargs), torch.float64, steps=3,
+                       grads=grads)
+    if name != "rprop":  # rprop has no in-place path
+        assert_inplace_matches_pure(ours, torch.float64, steps=3, grads=grads)
