@@ -228,10 +228,32 @@ from optax_compat import (
     assignment,
     contrib,
     experimental,
+    losses,
     microbatching,
     perturbations,
     projections,
     second_order,
+)
+from optax_compat.losses import (
+    convex_kl_divergence,
+    cosine_distance,
+    cosine_similarity,
+    ctc_loss,
+    ctc_loss_with_forward_probs,
+    generalized_kl_divergence,
+    hinge_loss,
+    huber_loss,
+    kl_divergence,
+    l2_loss,
+    log_cosh,
+    ntxent,
+    safe_softmax_cross_entropy,
+    sigmoid_binary_cross_entropy,
+    sigmoid_focal_loss,
+    smooth_labels,
+    softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels,
+    squared_error,
 )
 from optax_compat.microbatching import microbatch
 
