@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from optax_compat.losses import _ops
+from optax_compat.projections import _projections
 
 Axis = Union[int, tuple[int, ...], None]
 Numeric = Union[torch.Tensor, float]
@@ -571,39 +572,6 @@ def sigmoid_focal_loss(
     return (alpha * labels + (1.0 - alpha) * (1.0 - labels)) * loss
 
 
-class _ProjectionUnitSimplex(torch.autograd.Function):
-    """Euclidean projection of each last-axis vector onto the unit simplex (sort based).
-
-    Differentiated as Optax's custom JVP: on the support ``S`` of the projection the
-    Jacobian is ``I - 1 1^T / |S|`` and zero elsewhere.
-    """
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(values: torch.Tensor) -> torch.Tensor:
-        sorted_values = torch.sort(values, dim=-1, descending=True).values
-        cumulative = torch.cumsum(sorted_values, dim=-1)
-        ranks = torch.arange(1, values.shape[-1] + 1, dtype=values.dtype, device=values.device)
-        support_size = (1 / ranks + (sorted_values - cumulative / ranks) > 0).sum(
-            -1, keepdim=True)
-        threshold_sum = torch.gather(cumulative, -1, support_size - 1)
-        size = support_size.to(values.dtype)
-        return _relu(1 / size + (values - threshold_sum / size))
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
-        ctx.save_for_backward(output)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (projection,) = ctx.saved_tensors
-        support = (projection > 0).to(grad.dtype)
-        support_size = support.sum(-1, keepdim=True)
-        return support * grad - support * ((support * grad).sum(-1, keepdim=True)
-                                           / support_size)
-
-
 def multiclass_sparsemax_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Multiclass sparsemax loss (the Fenchel-Young loss of the Gini negentropy).
 
@@ -624,7 +592,7 @@ def multiclass_sparsemax_loss(scores: torch.Tensor, labels: torch.Tensor) -> tor
         raise ValueError("multiclass_sparsemax_loss expects scores of shape [batch_size, "
                          f"num_classes] and labels of shape [batch_size], got {tuple(scores.shape)}"
                          f" and {tuple(labels.shape)}.")
-    proba = _ProjectionUnitSimplex.apply(scores)
+    proba = _projections.unit_simplex_rows(scores)
     index = labels.to(torch.int64).unsqueeze(-1)
     is_label = torch.arange(scores.shape[-1], device=scores.device) == index
     zero = torch.zeros((), dtype=scores.dtype, device=scores.device)

@@ -109,7 +109,7 @@ def projection_hypercube(tree: Any, scale: Any = 1) -> Any:
 
 
 class _UnitSimplexProjection(torch.autograd.Function):
-    """Sort-based projection of a vector onto the unit simplex, with Optax's Jacobian.
+    """Sort-based projection of each last-axis vector onto the unit simplex, with Optax's Jacobian.
 
     Reference: Duchi et al., `Efficient Projections onto the l1-Ball for Learning in High
     Dimensions <https://doi.org/10.1145/1390156.1390191>`_, 2008.
@@ -119,14 +119,13 @@ class _UnitSimplexProjection(torch.autograd.Function):
 
     @staticmethod
     def forward(values: torch.Tensor) -> torch.Tensor:
-        n_features = values.shape[0]
-        descending = torch.sort(values, descending=True).values
-        cumsum = torch.cumsum(descending, dim=0)
-        ranks = torch.arange(1, n_features + 1, dtype=values.dtype, device=values.device)
+        descending = torch.sort(values, dim=-1, descending=True).values
+        cumsum = torch.cumsum(descending, dim=-1)
+        ranks = torch.arange(1, values.shape[-1] + 1, dtype=values.dtype, device=values.device)
         in_support = 1 / ranks + (descending - cumsum / ranks) > 0
-        support_size = torch.count_nonzero(in_support)
-        # Gathered rather than indexed with the 0-d count: indexing would read it on the host.
-        threshold_sum = torch.gather(cumsum, 0, (support_size - 1).reshape(1))
+        support_size = in_support.sum(-1, keepdim=True)
+        # Gathered rather than indexed with the count: indexing would read it on the host.
+        threshold_sum = torch.gather(cumsum, -1, support_size - 1)
         size = support_size.to(values.dtype)
         return torch.relu(1 / size + (values - threshold_sum / size))
 
@@ -139,8 +138,9 @@ class _UnitSimplexProjection(torch.autograd.Function):
     def _apply_jacobian(projection: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
         """``J @ direction`` for the symmetric Jacobian ``diag(s) - s s^T / |s|``, ``s = p > 0``."""
         support = (projection > 0).to(direction.dtype)
-        cardinality = support.sum()
-        return support * direction - (torch.dot(support, direction) / cardinality) * support
+        cardinality = support.sum(-1, keepdim=True)
+        return support * direction - ((support * direction).sum(-1, keepdim=True)
+                                      / cardinality) * support
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> torch.Tensor:
@@ -151,6 +151,15 @@ class _UnitSimplexProjection(torch.autograd.Function):
     def jvp(ctx: Any, values_tangent: torch.Tensor) -> torch.Tensor:
         (projection,) = ctx.saved_tensors
         return _UnitSimplexProjection._apply_jacobian(projection, values_tangent)
+
+
+def unit_simplex_rows(values: torch.Tensor) -> torch.Tensor:
+    """Projects each vector along the last axis of ``values`` onto the probability simplex.
+
+    Differentiable (reverse and forward mode, ``vmap``) with Optax's Jacobian: on the support
+    ``S`` of the projection it is ``I - 1 1^T / |S|``, zero elsewhere.
+    """
+    return _UnitSimplexProjection.apply(values)
 
 
 def projection_simplex(tree: Any, scale: Scalar = 1) -> Any:
@@ -177,7 +186,7 @@ def projection_simplex(tree: Any, scale: Scalar = 1) -> Any:
     if not xs:
         return tree
     values = tm.ravel(xs)
-    projected = scale * _UnitSimplexProjection.apply(values / scale)
+    projected = scale * unit_simplex_rows(values / scale)
     return tm.unflatten(spec, tm.unravel(projected, xs))
 
 
