@@ -9,6 +9,7 @@ seeded from the key wherever numbers are drawn, which makes every stream reprodu
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -38,6 +39,27 @@ def canonicalize_key(key_or_seed: KeyLike, device: Any = None) -> torch.Tensor:
         raise TypeError("A random key must be an int seed, an integer tensor or a "
                         f"torch.Generator, got {type(key_or_seed).__name__}.")
     return torch.tensor(key_or_seed, dtype=torch.int64, device=device)
+
+
+def initial_key(key: KeyLike | None, seed: KeyLike | None, name: str) -> torch.Tensor:
+    """The canonical key of a transform taking Optax's ``key`` and deprecated ``seed``.
+
+    Warns (``DeprecationWarning``) when ``seed`` is given and (``UserWarning``) when neither is,
+    using key 0 then, as Optax does. Canonicalised once, so that every ``init`` of the
+    transform starts the same stream, even from a generator.
+
+    Raises:
+      ValueError: if both ``key`` and ``seed`` are given.
+    """
+    if seed is not None:
+        warnings.warn('"seed" is deprecated, use "key".', DeprecationWarning, stacklevel=3)
+        if key is not None:
+            raise ValueError("Only one of seed or key can be specified.")
+        key = seed
+    if key is None:
+        warnings.warn(f"{name}: no key given, using key=0.", stacklevel=3)
+        key = 0
+    return canonicalize_key(key)
 
 
 def generator_from_key(key: KeyLike, device: Any = None) -> torch.Generator:

@@ -7,7 +7,6 @@ References:
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple, Optional
 
 import torch
@@ -63,17 +62,7 @@ def differentially_private_aggregate(
       Abadi et al., `Deep Learning with Differential Privacy
       <https://arxiv.org/abs/1607.00133>`_, 2016.
     """
-    if seed is not None:
-        warnings.warn('"seed" is deprecated, use "key".', DeprecationWarning, stacklevel=2)
-        if key is not None:
-            raise ValueError("Only one of seed or key can be specified.")
-        key = seed
-    if key is None:
-        warnings.warn("differentially_private_aggregate: no key given, using key=0.",
-                      stacklevel=2)
-        key = 0
-    # Canonicalised once, so that every ``init`` starts the same stream even from a generator.
-    initial_key = utils.canonicalize_key(key)
+    initial_key = utils.initial_key(key, seed, "differentially_private_aggregate")
     noise_std = l2_norm_clip * noise_multiplier
 
     def init_fn(params: base.Params) -> DifferentiallyPrivateAggregateState:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -100,16 +99,7 @@ def add_noise(
       Neelakantan et al, `Adding Gradient Noise Improves Learning for Very Deep Networks
       <https://arxiv.org/abs/1511.06807>`_, 2015
     """
-    if seed is not None:
-        warnings.warn('"seed" is deprecated, use "key".', DeprecationWarning, stacklevel=2)
-        if key is not None:
-            raise ValueError("Only one of seed or key can be specified.")
-        key = seed
-    if key is None:
-        warnings.warn("add_noise: no key given, using key=0.", stacklevel=2)
-        key = 0
-    # Canonicalised once, so that every ``init`` starts the same stream even from a generator.
-    initial_key = utils.canonicalize_key(key)
+    initial_key = utils.initial_key(key, seed, "add_noise")
 
     def init_fn(params: base.Params) -> AddNoiseState:
         count = transform._zero_count(params)
