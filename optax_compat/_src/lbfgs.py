@@ -73,11 +73,36 @@ def _precondition_by_lbfgs(
     # Oldest to newest, read once so that the loops below index with Python ints.
     order = torch.remainder(memory_idx.long() + torch.arange(memory_size, device=memory_idx.device),
                             memory_size)
-    diff_params = [buffer.index_select(0, order) for buffer in diff_params_memory]
-    diff_updates = [buffer.index_select(0, order) for buffer in diff_updates_memory]
     rhos = weights_memory.index_select(0, order)
+    if not _one_vector_space(updates):
+        diff_params = [buffer.index_select(0, order) for buffer in diff_params_memory]
+        diff_updates = [buffer.index_select(0, order) for buffer in diff_updates_memory]
+        return _two_loop(list(updates), diff_params, diff_updates, rhos, identity_scale)
+    # Leaves of one dtype and device are concatenated into one vector (one copy of the memory,
+    # which reordering copies anyway), so each inner product and update is one kernel rather
+    # than one per leaf.
+    flat = _two_loop([torch.cat([u.reshape(-1) for u in updates])],
+                     [_rows(diff_params_memory, memory_size).index_select(0, order)],
+                     [_rows(diff_updates_memory, memory_size).index_select(0, order)],
+                     rhos, identity_scale)[0]
+    return [part.view(u.shape) for part, u in zip(flat.split([u.numel() for u in updates]),
+                                                  updates)]
 
-    vec = list(updates)
+
+def _one_vector_space(leaves: tm.Leaves) -> bool:
+    """Whether the leaves share one dtype and device (and are several: one needs no concat)."""
+    return len(leaves) > 1 and len({(x.dtype, x.device) for x in leaves}) == 1
+
+
+def _rows(buffers: tm.Leaves, memory_size: int) -> torch.Tensor:
+    """The stacked memory of all leaves as one ``(memory_size, total size)`` matrix."""
+    return torch.cat([buffer.reshape(memory_size, -1) for buffer in buffers], dim=1)
+
+
+def _two_loop(vec: tm.Leaves, diff_params: tm.Leaves, diff_updates: tm.Leaves,
+              rhos: torch.Tensor, identity_scale: torch.Tensor | float) -> tm.Leaves:
+    """The two-loop recursion over memories already ordered oldest to newest."""
+    memory_size = rhos.shape[0]
     alphas = [None] * memory_size
     for i in reversed(range(memory_size)):
         alphas[i] = rhos[i] * _vdot([x[i] for x in diff_params], vec)

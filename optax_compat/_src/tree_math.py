@@ -170,11 +170,14 @@ def div(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     return list(torch._foreach_div(xs, _operand(ys, xs)))
 
 
-def add_scaled(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
-    """``x + scale * y`` per leaf, in one pass when ``scale`` is a Python number."""
+def add_scaled(xs: Leaves, scale: ScalarOrLeaves, ys: Leaves) -> Leaves:
+    """``x + scale * y`` per leaf, in one pass when ``scale`` is a Python number.
+
+    ``scale`` may also be a tensor or one scalar per leaf (as :func:`scalar_like` returns).
+    """
     if not xs:
         return []
-    if isinstance(scale, torch.Tensor):
+    if isinstance(scale, (torch.Tensor, list)):
         return add(xs, mul(ys, scale))
     return list(torch._foreach_add(xs, ys, alpha=scale))
 

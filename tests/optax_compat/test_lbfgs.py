@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from optax_compat import apply_updates
-from optax_compat._src import alias, base, lbfgs, linesearch
+from optax_compat._src import alias, base, lbfgs, linesearch, tree_math
 from tests.helpers import compare_with_optax, jax_precision, jit_optax, make_tree
 from tests.optax_compat.linesearch_cases import PROBLEMS, run_against_optax
 
@@ -237,3 +237,36 @@ def test_lbfgs_trains_a_module_through_functional_call_under_no_grad():
             params = apply_updates(params, updates)
     assert loss(params).item() < 0.05 * initial
     assert all(not p.requires_grad for p in params.values())
+
+
+def test_scale_by_lbfgs_on_mixed_dtypes_matches_optax():
+    # Leaves of different dtypes cannot share one flat vector: the leaf-by-leaf recursion runs.
+    def mixed(seed):
+        tree = make_tree(F64, seed=seed)
+        tree["layer"]["w"] = tree["layer"]["w"].float()
+        return tree
+
+    compare_with_optax(lbfgs.scale_by_lbfgs(memory_size=3),
+                       lambda: jit_optax(optax.scale_by_lbfgs(memory_size=3)), torch.float32,
+                       steps=5, params=mixed(0), grads=[mixed(i + 1) for i in range(5)])
+
+
+def test_flat_and_leafwise_recursions_agree(monkeypatch):
+    params = make_tree(F64, seed=0)
+    grads = [make_tree(F64, seed=i + 1) for i in range(6)]
+
+    def run():
+        tx = lbfgs.scale_by_lbfgs(memory_size=4)
+        state, current, outputs = tx.init(params), params, []
+        for grad in grads:
+            updates, state = tx.update(grad, state, current)
+            current = apply_updates(current, updates)
+            outputs.append(updates)
+        return outputs
+
+    flat = run()
+    monkeypatch.setattr(lbfgs, "_one_vector_space", lambda leaves: False)
+    leafwise = run()
+    for ours, reference in zip(flat, leafwise):
+        for a, b in zip(tree_math.leaves(ours), tree_math.leaves(reference), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
