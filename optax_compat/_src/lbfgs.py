@@ -81,12 +81,11 @@ def _precondition_by_lbfgs(
     # Leaves of one dtype and device are concatenated into one vector (one copy of the memory,
     # which reordering copies anyway), so each inner product and update is one kernel rather
     # than one per leaf.
-    flat = _two_loop([torch.cat([u.reshape(-1) for u in updates])],
-                     [_rows(diff_params_memory, memory_size).index_select(0, order)],
-                     [_rows(diff_updates_memory, memory_size).index_select(0, order)],
-                     rhos, identity_scale)[0]
-    return [part.view(u.shape) for part, u in zip(flat.split([u.numel() for u in updates]),
-                                                  updates)]
+    (flat,) = _two_loop([tm.ravel(updates)],
+                        [_rows(diff_params_memory, memory_size).index_select(0, order)],
+                        [_rows(diff_updates_memory, memory_size).index_select(0, order)],
+                        rhos, identity_scale)
+    return tm.unravel(flat, updates)
 
 
 def _one_vector_space(leaves: tm.Leaves) -> bool:

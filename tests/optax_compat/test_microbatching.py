@@ -12,7 +12,7 @@ import torch
 
 from optax_compat import microbatching as mb
 from optax_compat._src import tree_math
-from tests.helpers import assert_close, jax_precision, make_tree, to_jax
+from tests.helpers import assert_close, jax_precision, make_tree, seeded_randn, to_jax
 
 theirs_mb = optax.microbatching
 DTYPES = [torch.float32, torch.float64]
@@ -23,10 +23,6 @@ ALL_TYPES = list(ACC)
 def same_type_in_optax(accumulator):
     """The Optax accumulator (tree) corresponding to ours."""
     return tree_math.tree_map(lambda acc: theirs_mb.AccumulationType[acc.name], accumulator)
-
-
-def randn(dtype, *shape, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 def check_against_optax(ours_fun, theirs_fun, args, kwargs, dtype, **microbatch_kwargs):
@@ -91,7 +87,8 @@ def test_public_names_and_signatures_match_optax(name):
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_reshape_batch_axis_matches_optax(axis):
-    tree = {"a": randn(torch.float32, 6, 6, 6), "b": (randn(torch.float32, 6, 6, 6, seed=1),)}
+    tree = {"a": seeded_randn(6, 6, 6, dtype=torch.float32),
+            "b": (seeded_randn(6, 6, 6, dtype=torch.float32, seed=1),)}
     ours = mb.reshape_batch_axis(tree, 3, axis)
     assert_close(ours, theirs_mb.reshape_batch_axis(to_jax(tree), 3, axis) if axis else
                  theirs_mb.reshape_batch_axis(to_jax(tree), 3), rtol=0, atol=0)
@@ -103,7 +100,8 @@ def test_reshape_batch_axis_matches_optax(axis):
 @pytest.mark.parametrize("microbatch_size", [1, 2, 5, 10])
 def test_microbatch_matches_optax_and_the_full_batch(dtype, name, microbatch_size):
     fun, accumulator = FUNCTIONS[name]
-    args = (randn(dtype, seed=0), randn(dtype, 10, 3, seed=1), randn(dtype, 10, 3, seed=2))
+    args = (seeded_randn(dtype=dtype, seed=0), seeded_randn(10, 3, dtype=dtype, seed=1),
+            seeded_randn(10, 3, dtype=dtype, seed=2))
     ours = check_against_optax(functools.partial(fun, torch), functools.partial(fun, jnp),
                                args, {}, dtype, argnums=(1, 2),
                                microbatch_size=microbatch_size, accumulator=accumulator)
@@ -113,7 +111,7 @@ def test_microbatch_matches_optax_and_the_full_batch(dtype, name, microbatch_siz
 @pytest.mark.parametrize("accumulator", ALL_TYPES)
 def test_in_axes_and_argnames_match_optax(accumulator):
     dtype = torch.float64
-    arg0 = randn(dtype, 10, 4, 5)
+    arg0 = seeded_randn(10, 4, 5, dtype=dtype)
     arg1 = arg0.transpose(0, 1).contiguous()
 
     def fun(np, a, b):
@@ -157,7 +155,8 @@ def test_nondecomposable_function_sees_strided_microbatches():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_result_keeps_the_dtype(dtype):
-    args = (randn(dtype), randn(dtype, 10, 3, seed=1), randn(dtype, 10, 3, seed=2))
+    args = (seeded_randn(dtype=dtype), seeded_randn(10, 3, dtype=dtype, seed=1),
+            seeded_randn(10, 3, dtype=dtype, seed=2))
     out = mb.microbatch(functools.partial(summed, torch), argnums=(1, 2), microbatch_size=2)(*args)
     assert out.dtype == dtype
 
@@ -183,14 +182,14 @@ def test_non_batch_arguments_pass_through_and_custom_accumulator():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_micro_vmap_matches_optax(dtype):
-    x = randn(dtype, 2, 4, 8)
+    x = seeded_randn(2, 4, 8, dtype=dtype)
     ours = mb.micro_vmap(torch.sum, in_axes=1, microbatch_size=2)(x)
     with jax_precision(dtype):
         assert_close(ours, theirs_mb.micro_vmap(jnp.sum, in_axes=1, microbatch_size=2)(to_jax(x)),
                      dtype)
         assert_close(ours, jax.vmap(jnp.sum, in_axes=1)(to_jax(x)), dtype)
 
-    y = randn(dtype, 4, 8, seed=3)
+    y = seeded_randn(4, 8, dtype=dtype, seed=3)
 
     def fun(np, a, *, b):
         return {"total": np.sum(a + b), "none": None, "pair": (a * b, np.max(a))}
@@ -227,8 +226,9 @@ def mean_squared_loss(np, keep_batch_dim, params, features, targets):
 @pytest.mark.parametrize("keep_batch_dim", [False, True])
 @pytest.mark.parametrize("accumulator", [ACC.SUM, ACC.MEAN])
 def test_micro_grad_matches_optax(dtype, keep_batch_dim, accumulator):
-    params = {"w": randn(dtype, 3), "b": randn(dtype, seed=1)}
-    features, targets = randn(dtype, 8, 3, seed=2), randn(dtype, 8, seed=3)
+    params = {"w": seeded_randn(3, dtype=dtype), "b": seeded_randn(dtype=dtype, seed=1)}
+    features = seeded_randn(8, 3, dtype=dtype, seed=2)
+    targets = seeded_randn(8, dtype=dtype, seed=3)
 
     def options(np, linalg_norm):
         return {"has_aux": True, "argnums": 0, "batch_argnums": (1, 2),
@@ -258,8 +258,9 @@ def test_micro_grad_defaults_and_python_float_params():
 def test_micro_grad_is_differentiable_in_the_parameters():
     # d/dw of sum_i clip(g_i) where g_i = x_i (x_i.w - y_i): compare with autograd on a loop.
     dtype = torch.float64
-    w = randn(dtype, 3).requires_grad_()
-    features, targets = randn(dtype, 6, 3, seed=1), randn(dtype, 6, seed=2)
+    w = seeded_randn(3, dtype=dtype).requires_grad_()
+    features = seeded_randn(6, 3, dtype=dtype, seed=1)
+    targets = seeded_randn(6, dtype=dtype, seed=2)
 
     def loss(params, x, y):
         return 0.5 * ((x @ params - y) ** 2).sum()
@@ -275,7 +276,7 @@ def test_micro_grad_is_differentiable_in_the_parameters():
 
 
 def test_microbatch_is_differentiable():
-    x = randn(torch.float64, 8, 2).requires_grad_()
+    x = seeded_randn(8, 2, dtype=torch.float64).requires_grad_()
     out = mb.microbatch(lambda v: (v ** 3, (v ** 2).sum()), argnums=0, microbatch_size=2,
                         accumulator=(ACC.CONCAT, ACC.MEAN))(x)
     (grad,) = torch.autograd.grad(out[0].sum() + out[1], x)
@@ -320,7 +321,8 @@ def test_accumulators_never_mutate_inputs():
 
 
 def test_micro_vmap_prefix_in_axes_and_custom_vmap_fn():
-    tree = {"a": randn(torch.float64, 4, 3), "b": randn(torch.float64, 3, seed=1)}
+    tree = {"a": seeded_randn(4, 3, dtype=torch.float64),
+            "b": seeded_randn(3, dtype=torch.float64, seed=1)}
 
     def fun(np, t):
         return np.sum(t["a"] * t["b"])
@@ -330,6 +332,6 @@ def test_micro_vmap_prefix_in_axes_and_custom_vmap_fn():
     with jax_precision(torch.float64):
         assert_close(ours, theirs_mb.micro_vmap(functools.partial(fun, jnp), in_axes=in_axes)(
             to_jax(tree)), torch.float64)
-    x = randn(torch.float32, 2, 4, 8)
+    x = seeded_randn(2, 4, 8, dtype=torch.float32)
     custom = mb.micro_vmap(torch.sum, in_axes=1, microbatch_size=2, vmap_fn=torch.func.vmap)(x)
     assert_close(custom, x.sum(dim=(0, 2)), torch.float32)

@@ -13,15 +13,12 @@ from hypothesis import given, settings
 
 from optax_compat import projections as proj
 from optax_compat import tree_utils
+from optax_compat._src import tree_math
 from tests.helpers import assert_close, jax_precision, make_tree, to_jax
 
 DTYPES = [torch.float32, torch.float64]
 RADIUS_PROJECTIONS = ["projection_simplex", "projection_l1_ball", "projection_l1_sphere",
                       "projection_l2_ball", "projection_l2_sphere", "projection_linf_ball"]
-
-
-def leaves(tree):
-    return optree.tree_leaves(tree, none_is_leaf=False)
 
 
 def optax_projections():
@@ -75,7 +72,7 @@ def test_values_and_gradients_match_optax(index, dtype):
         # The gradient of <weights, projection(x)> with respect to x.
         x = optree.tree_map(lambda t: t.clone().requires_grad_(), args[0], none_is_leaf=False)
         ours_loss = tree_utils.tree_vdot(weights, ours_fn(x, *args[1:]))
-        ours_grad = torch.autograd.grad(ours_loss, leaves(x))
+        ours_grad = torch.autograd.grad(ours_loss, tree_math.leaves(x))
         theirs_weights = to_jax(weights)
         theirs_grad = jax.grad(
             lambda x: optax_tree_vdot(theirs_weights, theirs_fn(x, *theirs_args[1:])))(
@@ -211,7 +208,7 @@ def as_tree(values):
 
 
 def flat(tree):
-    return torch.cat([leaf.reshape(-1) for leaf in leaves(tree)])
+    return tree_math.ravel(tree_math.leaves(tree))
 
 
 def feasible(name, tree, scale, tol=1e-9):
@@ -281,10 +278,10 @@ def test_affine_projection_properties(values, other, b):
 def test_inputs_are_not_modified():
     tree = make_tree(torch.float64, seed=6)
     other = make_tree(torch.float64, seed=8)
-    snapshot = [leaf.clone() for leaf in leaves(tree)]
+    snapshot = [leaf.clone() for leaf in tree_math.leaves(tree)]
     for name in RADIUS_PROJECTIONS:
         getattr(proj, name)(tree, 0.5)
     proj.projection_non_negative(tree)
     proj.projection_box(tree, -0.1, 0.1)
     proj.projection_halfspace(tree, other, -1.0)
-    assert all(torch.equal(a, b) for a, b in zip(leaves(tree), snapshot))
+    assert all(torch.equal(a, b) for a, b in zip(tree_math.leaves(tree), snapshot))
