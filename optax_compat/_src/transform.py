@@ -99,8 +99,12 @@ def _update_moment(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
 
     With a moment of another dtype than the values (``mu_dtype``) each product is computed in
     its operand's dtype, ``decay`` being first rounded to it, as JAX does with a weakly typed
-    Python ``decay``; the sum then promotes.
+    Python ``decay``; the sum then promotes. A tensor ``decay`` (a schedule's or an injected
+    hyperparameter's value) is rounded to each operand's dtype before ``1 - decay`` is taken,
+    as JAX multiplies an array in the operand's dtype.
     """
+    if isinstance(decay, torch.Tensor):
+        return tm.ema_in_dtypes(moments, values, decay)
     if _same_dtypes(moments, values):
         return tm.ema(moments, values, decay)
     weak_decay = torch.as_tensor(decay, dtype=torch.float64) if _is_number(decay) else decay

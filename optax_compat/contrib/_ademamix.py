@@ -25,13 +25,6 @@ def _value_at(hyperparameter: base.ScalarOrSchedule, count: torch.Tensor) -> Sca
     return hyperparameter(count) if callable(hyperparameter) else hyperparameter
 
 
-def _moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
-    """Optax's ``update_moment`` for a decay that may be a number or a schedule's 0-d tensor."""
-    if isinstance(decay, torch.Tensor):
-        return tm.ema_in_dtypes(moments, values, decay)
-    return transform._update_moment(moments, values, decay)
-
-
 def _mix(xs: tm.Leaves, weight: Scalar, ys: tm.Leaves) -> tm.Leaves:
     """``x + weight * y`` with a tensor ``weight`` rounded to the leaves' dtypes (as JAX)."""
     return tm.add(xs, tm.mul(ys, tm.scalar_like(weight, ys)))
@@ -101,9 +94,9 @@ def scale_by_ademamix(
         nus = transform._state_leaves(state.nu, spec, updates, "state.nu")
         slow_decay = _value_at(b3, state.count_m2)
         mixing = _value_at(alpha, state.count_m2)
-        new_m1s = _moment(m1s, gs, b1)
-        new_m2s = _moment(m2s, gs, slow_decay)
-        new_nus = _moment(nus, tm.abs_sq(gs), b2)
+        new_m1s = transform._update_moment(m1s, gs, b1)
+        new_m2s = transform._update_moment(m2s, gs, slow_decay)
+        new_nus = transform._update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_int32_increment(state.count)
         count_m2_inc = numerics.safe_int32_increment(state.count_m2)
         m1_hats = transform._debias(new_m1s, transform._bias_correction(b1, count_inc, new_m1s))

@@ -120,13 +120,6 @@ class SophiaState(NamedTuple):
     hessian_fn_state: Any
 
 
-def _update_moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
-    """``(1 - decay) * value + decay * moment``; a tensor ``decay`` never promotes a leaf."""
-    if isinstance(decay, torch.Tensor):
-        return tm.ema_in_dtypes(moments, values, decay)
-    return transform._update_moment(moments, values, decay)
-
-
 def _report_win_rate(updates: tm.Leaves, clip_threshold: Scalar, count: torch.Tensor,
                      every_n_steps: int) -> None:
     """Prints the fraction of unclipped coordinates (reads the device: verbose mode only)."""
@@ -194,7 +187,7 @@ def scale_by_sophia(
         mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
         nus = tm.leaves_like(state.nu, spec, "state.nu", reference=updates)
 
-        mu = _update_moment(mus, gs, b1)
+        mu = transform._update_moment(mus, gs, b1)
         mu_hat = transform._debias(mu, transform._bias_correction(b1, count_inc, mu))
         curvature = tm.maximum(tm.mul(nus, tm.scalar_like(gamma, nus)), tm.scalar_like(eps, nus))
         scaled = tm.div(mu_hat, curvature)
@@ -213,7 +206,7 @@ def scale_by_sophia(
                 **control_flow.without_inplace(hess_fn_kwargs))
             estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
                                        reference=updates)
-            return hessian_fn_state, _update_moment(nus, estimates, b2)
+            return hessian_fn_state, transform._update_moment(nus, estimates, b2)
 
         hessian_fn_state, nu = control_flow.cond(
             torch.remainder(state.count, update_interval) == 0, estimate_hessian_diagonal,
