@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import Node, get_gradient_edge
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 
 __all__ = ["OPTIMIZER_STEP_KEY", "OptimizerStepTag", "optimizer_step_tag", "tag_optimizer_step"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.base import ChainedGradientTransformation, GradientTransformation, identity
 from torchopt_fn.typing import OptState, Params, Updates
 

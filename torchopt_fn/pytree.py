@@ -5,7 +5,8 @@ a node, not a leaf, and the global registry namespace is used), and adds ``tree_
 ``tree_vdot_real`` and the other arithmetic helpers used by the linear solvers.
 
 Trees whose leaves are all tensors go through the foreach-backed layer
-:mod:`optax_compat._src.tree_math` (one kernel launch per operation for the whole tree); other
+:mod:`optax_compat._src.building_blocks.tree_math` (one kernel launch per operation for the
+whole tree); other
 leaves (Python numbers) and code running under a ``torch.func`` transform, where foreach kernels
 have no batching rule, fall back to one operator call per leaf.
 """
@@ -23,7 +24,7 @@ import torch.distributed.rpc as rpc
 from optree import *  # noqa: F403 - the public API is optree's plus the helpers below
 from optree import PyTree, PyTreeSpec, tree_flatten, tree_map, tree_unflatten
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._functorch_state import transform_active
 from torchopt_fn.typing import Future, Scalar, T, TensorTree
 

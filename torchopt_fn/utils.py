@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 import torch
 from torch import nn
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.typing import Device, ModuleTensorContainers, OptState, TensorContainer, TensorTree
 
 if TYPE_CHECKING:

@@ -32,7 +32,9 @@ from typing import Any
 
 import torch
 
-from optax_compat._src import base, numerics, tree_math
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math
 
 _INT32_MAX = 2 ** 31 - 1
 _DTYPES = (torch.float32, torch.float64)
@@ -45,7 +47,7 @@ def applies(b1: Any, b2: Any, eps: Any, eps_root: Any, mu_dtype: Any, nesterov: 
     constant weight decay."""
     numbers = all(isinstance(h, (int, float)) and not isinstance(h, bool)
                   for h in (b1, b2, eps, weight_decay))
-    return (numbers and tree_math.is_zero(eps_root) and mu_dtype is None and not nesterov
+    return (numbers and bb.is_zero(eps_root) and mu_dtype is None and not nesterov
             and mask is None)
 
 
@@ -83,7 +85,7 @@ def _kernel_step(updates: base.Updates, state: Any, params: base.Params | None,
                  learning_rate: base.ScalarOrSchedule, b1: float, b2: float, eps: float,
                  weight_decay: float) -> tuple[base.Updates, Any] | None:
     """The step on the kernel, or ``None`` when it does not apply (the chain then runs)."""
-    decays = not tree_math.is_zero(weight_decay)
+    decays = not bb.is_zero(weight_decay)
     if torch.compiler.is_compiling() or (decays and params is None):
         return None
     adam_state, lr_state = state[0], state[-1]

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 
 NO_PARAMS_MSG = (
     "You are using a transformation that requires the current value of parameters, but you "

@@ -14,8 +14,9 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = float | int | torch.Tensor
 
@@ -123,7 +124,7 @@ def scale_by_factored_rms(
                 v_row.append(torch.zeros_like(param.sum(dim=col_axis)))
                 v_col.append(torch.zeros_like(param.sum(dim=row_axis)))
                 v.append(placeholder)
-        return FactoredState(count=transform._zero_count(params),
+        return FactoredState(count=bb.zero_count(params),
                              v_row=tm.unflatten(spec, v_row), v_col=tm.unflatten(spec, v_col),
                              v=tm.unflatten(spec, v))
 

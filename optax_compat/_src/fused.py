@@ -28,7 +28,9 @@ from typing import Any, NamedTuple
 import optree
 import torch
 
-from optax_compat._src import alias, base, numerics, tree_math
+from optax_compat._src import alias, base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math
 
 Scalar = float | torch.Tensor
 StepFn = Callable[[base.Params, base.Updates, base.OptState], base.OptState]
@@ -145,7 +147,7 @@ def _check_supported(learning_rate: Any, b1: Any, b2: Any, eps: Any, eps_root: A
     if nesterov:
         raise ValueError("The fused Adam kernel has no Nesterov variant: use nesterov=False "
                          "or the pure alias.")
-    if not tree_math.is_zero(eps_root):
+    if not bb.is_zero(eps_root):
         raise ValueError(f"The fused Adam kernel has no eps_root term, got eps_root={eps_root!r}; "
                          "use the pure alias.")
     for name, value in (("b1", b1), ("b2", b2), ("eps", eps)):
@@ -211,7 +213,7 @@ class _Buffers(NamedTuple):
                                  "differentiate with respect to hyperparameters.")
         _advance(count)
         everything = list(range(len(self.params)))
-        if tree_math.is_zero(weight_decay) or not any(self.decayed):
+        if bb.is_zero(weight_decay) or not any(self.decayed):
             groups = [(everything, 0.0)]
         elif isinstance(weight_decay, torch.Tensor):
             # The kernel takes the decay as a Python number; a tensor (a schedule's value) is

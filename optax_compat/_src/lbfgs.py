@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from optax_compat._src import base, numerics
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 
 class ScaleByLBFGSState(NamedTuple):

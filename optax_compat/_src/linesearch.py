@@ -25,7 +25,7 @@ import torch
 
 from optax_compat import tree_utils
 from optax_compat._src import base
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = Union[float, torch.Tensor]
 

@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src import base, tree_math
+from optax_compat._src import base
+from optax_compat._src.building_blocks import tree_math
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """Gradient transformations (mirrors ``optax/_src/transform.py``).
 
 Every transformation here has Optax's name, signature, defaults and state NamedTuple, and
-computes Optax's numbers. The arithmetic goes through :mod:`optax_compat._src.tree_math`:
+computes Optax's numbers. The arithmetic goes through the building blocks
+(:mod:`optax_compat._src.building_blocks.tree_math`):
 ``update`` flattens the incoming updates once, checks every state buffer against that
-structure with :func:`~optax_compat._src.tree_math.leaves_like` (a mismatch raises
+structure with :func:`~optax_compat._src.building_blocks.tree_math.leaves_like` (a mismatch raises
 ``ValueError`` naming the first differing path), runs one ``torch._foreach_*`` kernel per
 operation over all leaves, and unflattens once. A leaf that is not a floating-point tensor
 raises ``TypeError`` naming its path; a transformation that needs ``params`` and gets ``None``
@@ -52,121 +53,14 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import base, numerics
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = Union[float, int, torch.Tensor]
 Leaves = tm.Leaves
 
 # ----------------------------------------------------------------------------------------------
 # Shared helpers.
-
-
-def _device_of(tree: Any) -> Optional[torch.device]:
-    leaves = tm.leaves(tree)
-    return leaves[0].device if leaves and isinstance(leaves[0], torch.Tensor) else None
-
-
-def _zero_count(params: base.Params) -> torch.Tensor:
-    """An ``int32`` 0-d counter on the device of ``params``."""
-    return torch.zeros([], dtype=torch.int32, device=_device_of(params))
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _params_leaves(params: Optional[base.Params], spec: Any, updates: base.Updates,
-                   name: str) -> Leaves:
-    """The leaves of ``params``, which ``name`` needs and which must match ``updates``."""
-    if params is None:
-        raise ValueError(f"{base.NO_PARAMS_MSG} ({name} needs them.)")
-    return tm.leaves_like(params, spec, "params", reference=updates)
-
-
-def _state_leaves(tree: Any, spec: Any, updates: base.Updates, what: str) -> Leaves:
-    return tm.leaves_like(tree, spec, what, reference=updates)
-
-
-def _store(buffers: Leaves, values: Leaves, inplace: bool) -> Leaves:
-    """The new state buffers: ``values``, or ``buffers`` overwritten with them when in place."""
-    if inplace and buffers is not values:
-        return tm.copy_(buffers, values)
-    return values
-
-
-def _update_moment(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf (Optax's ``tree.update_moment``).
-
-    With a moment of another dtype than the values (``mu_dtype``) each product is computed in
-    its operand's dtype, ``decay`` being first rounded to it, as JAX does with a weakly typed
-    Python ``decay``; the sum then promotes. A tensor ``decay`` (a schedule's or an injected
-    hyperparameter's value) is rounded to each operand's dtype before ``1 - decay`` is taken,
-    as JAX multiplies an array in the operand's dtype.
-    """
-    if isinstance(decay, torch.Tensor):
-        return tm.ema_in_dtypes(moments, values, decay)
-    if _same_dtypes(moments, values):
-        return tm.ema(moments, values, decay)
-    weak_decay = torch.as_tensor(decay, dtype=torch.float64) if _is_number(decay) else decay
-    return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, tm.scalar_like(weak_decay, moments)))
-
-
-def _emit(gs: Leaves, scaled: Leaves, inplace: bool) -> Leaves:
-    """The updates to return; with ``inplace`` they are written into the incoming tensors."""
-    if inplace and scaled is not gs and _same_dtypes(gs, scaled):
-        return tm.copy_(gs, scaled)
-    return scaled
-
-
-def _same_dtypes(xs: Leaves, ys: Leaves) -> bool:
-    """Whether the leaves have pairwise equal dtypes."""
-    return [x.dtype for x in xs] == [y.dtype for y in ys]
-
-
-def _bias_correction(decay: Scalar, count: torch.Tensor, xs: Leaves) -> torch.Tensor:
-    """``1 - decay ** count`` as a 0-d tensor in the widest precision of the leaves.
-
-    Optax evaluates it with JAX's default float (float32, or float64 under x64) before
-    casting to each moment's dtype: a low-precision power would round to one.
-    """
-    dtype = tm.widest_real_dtype(xs)
-    return 1 - decay ** count.to(dtype)
-
-
-def _debias(xs: Leaves, correction: torch.Tensor) -> Leaves:
-    """``x / correction`` with the correction cast to each leaf's dtype, as Optax does."""
-    return tm.div(xs, tm.scalar_like(correction, xs))
-
-
-def _zeros(params: base.Params, dtype: Optional[torch.dtype] = None) -> Any:
-    return tm.tree_map(lambda p: torch.zeros_like(p, dtype=dtype), params)
-
-
-def _full(params: base.Params, value: Scalar) -> Any:
-    return tm.tree_map(lambda p: torch.full_like(p, value), params)
-
-
-def _nesterov_moment(mus: Leaves, gs: Leaves, b1: Scalar, count_inc: torch.Tensor) -> Leaves:
-    """``b1 * m_hat(t + 1) + (1 - b1) * g_hat(t)``: Nesterov's look-ahead first moment."""
-    next_correction = _bias_correction(b1, numerics.safe_increment(count_inc), mus)
-    correction = _bias_correction(b1, count_inc, gs)
-    return tm.add(tm.mul(_debias(mus, next_correction), b1),
-                  tm.mul(_debias(gs, correction), 1 - b1))
-
-
-def _first_moment(mus: Leaves, gs: Leaves, b1: Scalar, count_inc: torch.Tensor,
-                  nesterov: bool) -> Leaves:
-    """The bias-corrected first moment, with or without Nesterov's look-ahead."""
-    if nesterov:
-        return _nesterov_moment(mus, gs, b1, count_inc)
-    return _debias(mus, _bias_correction(b1, count_inc, mus))
-
-
-def _adam_ratio(mu_hats: Leaves, nu_hats: Leaves, eps: Scalar, eps_root: Scalar) -> Leaves:
-    """``m / (sqrt(v + eps_root) + eps)`` per leaf."""
-    if not tm.is_zero(eps_root):
-        nu_hats = tm.add(nu_hats, eps_root)
-    return tm.div(mu_hats, tm.add(tm.sqrt(nu_hats), eps))
 
 
 def _where_positive_rsqrt(xs: Leaves, eps: Scalar) -> Leaves:
@@ -235,7 +129,7 @@ def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformatio
         raise TypeError(f"step_size_fn must be callable, got {type(step_size_fn).__name__}.")
 
     def init_fn(params):
-        return ScaleByScheduleState(count=_zero_count(params))
+        return ScaleByScheduleState(count=bb.zero_count(params))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -283,7 +177,7 @@ def scale_by_sign() -> base.GradientTransformationExtraArgs:
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        return tm.unflatten(spec, _emit(gs, _sign(gs, inplace), inplace)), state
+        return tm.unflatten(spec, bb.emit(gs, _sign(gs, inplace), inplace)), state
 
     return _with_extra_args(base.init_empty_state, update_fn)
 
@@ -315,16 +209,16 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
     """
 
     def init_fn(params):
-        return ScaleByRssState(sum_of_squares=_full(params, initial_accumulator_value))
+        return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        old = _state_leaves(state.sum_of_squares, spec, updates, "state.sum_of_squares")
+        old = bb.state_leaves(state.sum_of_squares, spec, updates, "state.sum_of_squares")
         sums = tm.add(tm.abs_sq(gs), old)
         scaled = tm.mul(_where_positive_rsqrt(sums, eps), gs)
-        return (tm.unflatten(spec, _emit(gs, scaled, inplace)),
-                ScaleByRssState(sum_of_squares=tm.unflatten(spec, _store(old, sums, inplace))))
+        return (tm.unflatten(spec, bb.emit(gs, scaled, inplace)),
+                ScaleByRssState(sum_of_squares=tm.unflatten(spec, bb.store(old, sums, inplace))))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -349,11 +243,11 @@ def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Lea
     fresh buffer (or on ``nus`` itself when in place: the same kernels, the same numbers);
     otherwise Optax's formula, out of place.
     """
-    if (_is_number(decay) and _same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
+    if (bb.is_number(decay) and tm.same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
             and not tm.is_recording(nus, gs)):
         moments = tm.mul_(nus, decay) if inplace else tm.mul(nus, decay)
         return tm.addcmul_(moments, gs, gs, 1 - decay)
-    return _store(nus, _update_moment(nus, tm.abs_sq(gs), decay), inplace)
+    return bb.store(nus, bb.update_moment(nus, tm.abs_sq(gs), decay), inplace)
 
 
 def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
@@ -364,7 +258,7 @@ def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
 
 def _scale_updates(scaling: Leaves, gs: Leaves, inplace: bool) -> Leaves:
     """``scaling * g``, written into the updates when in place (same kernel, same numbers)."""
-    if inplace and _same_dtypes(gs, scaling):
+    if inplace and tm.same_dtypes(gs, scaling):
         return tm.mul_(gs, scaling)
     return tm.mul(scaling, gs)
 
@@ -395,19 +289,19 @@ def scale_by_rms(
     """
 
     def init_fn(params):
-        nu = _full(params, initial_scale)
+        nu = bb.full(params, initial_scale)
         if bias_correction:
-            return ScaleByRmsWithCountState(count=_zero_count(params), nu=nu)
+            return ScaleByRmsWithCountState(count=bb.zero_count(params), nu=nu)
         return ScaleByRmsState(nu=nu)
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         new_nus = _second_moment(nus, gs, decay, inplace)
         if bias_correction:
             count_inc = numerics.safe_increment(state.count)
-            nu_hats = _debias(new_nus, _bias_correction(decay, count_inc, new_nus))
+            nu_hats = bb.debias(new_nus, bb.bias_correction(decay, count_inc, new_nus))
         else:
             nu_hats = new_nus
         scaled = _scale_updates(_rms_scaling(nu_hats, eps, eps_in_sqrt), gs, inplace)
@@ -460,31 +354,31 @@ def scale_by_stddev(
     """
 
     def init_fn(params):
-        mu = _zeros(params)
-        nu = _full(params, initial_scale)
+        mu = bb.zeros(params)
+        nu = bb.full(params, initial_scale)
         if bias_correction:
-            return ScaleByRStdDevWithCountState(count=_zero_count(params), mu=mu, nu=nu)
+            return ScaleByRStdDevWithCountState(count=bb.zero_count(params), mu=mu, nu=nu)
         return ScaleByRStdDevState(mu=mu, nu=nu)
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        new_mus = _update_moment(mus, gs, decay)
-        new_nus = _update_moment(nus, tm.abs_sq(gs), decay)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        new_mus = bb.update_moment(mus, gs, decay)
+        new_nus = bb.update_moment(nus, tm.abs_sq(gs), decay)
         mu_hats, nu_hats = new_mus, new_nus
         if bias_correction:
             count_inc = numerics.safe_increment(state.count)
-            correction = _bias_correction(decay, count_inc, new_mus)
-            mu_hats, nu_hats = _debias(new_mus, correction), _debias(new_nus, correction)
+            correction = bb.bias_correction(decay, count_inc, new_mus)
+            mu_hats, nu_hats = bb.debias(new_mus, correction), bb.debias(new_nus, correction)
         variances = tm.sub(nu_hats, tm.abs_sq(mu_hats))
         scaled = tm.mul(_rms_scaling(variances, eps, eps_in_sqrt), gs)
-        mu = tm.unflatten(spec, _store(mus, new_mus, inplace))
-        nu = tm.unflatten(spec, _store(nus, new_nus, inplace))
+        mu = tm.unflatten(spec, bb.store(mus, new_mus, inplace))
+        nu = tm.unflatten(spec, bb.store(nus, new_nus, inplace))
         new_state = (ScaleByRStdDevWithCountState(count=count_inc, mu=mu, nu=nu)
                      if bias_correction else ScaleByRStdDevState(mu=mu, nu=nu))
-        return tm.unflatten(spec, _emit(gs, scaled, inplace)), new_state
+        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), new_state
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -501,8 +395,8 @@ def _lean_adam_applies(gs: Leaves, mus: Leaves, nus: Leaves, hyperparameters: tu
                        nesterov: bool) -> bool:
     """Whether :func:`_lean_adam_step` computes this step: real leaves, moments of the
     updates' dtypes, numbers for hyperparameters and nothing for autograd to record."""
-    return (not nesterov and all(_is_number(h) for h in hyperparameters)
-            and _same_dtypes(gs, mus) and _same_dtypes(gs, nus)
+    return (not nesterov and all(bb.is_number(h) for h in hyperparameters)
+            and tm.same_dtypes(gs, mus) and tm.same_dtypes(gs, nus)
             and not any(map(torch.is_complex, gs)) and not tm.is_recording(gs, mus, nus))
 
 
@@ -523,12 +417,12 @@ def _lean_adam_step(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tenso
     new_mus = tm.lerp(mus, gs, 1 - b1, inplace=inplace)
     new_nus = tm.mul_(nus, b2) if inplace else tm.mul(nus, b2)
     tm.addcmul_(new_nus, gs, gs, 1 - b2)
-    first = _bias_correction(b1, count_inc, gs)
-    second = _bias_correction(b2, count_inc, gs)
+    first = bb.bias_correction(b1, count_inc, gs)
+    second = bb.bias_correction(b2, count_inc, gs)
     root_second = torch.sqrt(second)
     # In place, the updates' own buffers (no longer needed) receive the result.
     denominators = tm.copy_(gs, new_nus) if inplace else None
-    if tm.is_zero(eps_root):
+    if bb.is_zero(eps_root):
         denominators = tm.sqrt_(denominators) if inplace else tm.sqrt(new_nus)
     else:
         shift = tm.scalar_like(eps_root * second, gs)
@@ -571,27 +465,27 @@ def scale_by_adam(
     """
 
     def init_fn(params):
-        return ScaleByAdamState(count=_zero_count(params), mu=_zeros(params, mu_dtype),
-                                nu=_zeros(params))
+        return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
+                                nu=bb.zeros(params))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
         if _lean_adam_applies(gs, mus, nus, (b1, b2, eps, eps_root), nesterov):
             scaled, new_mus, new_nus = _lean_adam_step(gs, mus, nus, count_inc, b1, b2, eps,
                                                        eps_root, inplace)
         else:
-            moments = _update_moment(mus, gs, b1)
-            seconds = _update_moment(nus, tm.abs_sq(gs), b2)
-            mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
-            nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
-            scaled = _adam_ratio(mu_hats, nu_hats, eps, eps_root)
-            new_mus = _store(mus, tm.cast(moments, mu_dtype), inplace)
-            new_nus = _store(nus, [v.to(n.dtype) for v, n in zip(seconds, nus)], inplace)
-            scaled = _emit(gs, scaled, inplace)
+            moments = bb.update_moment(mus, gs, b1)
+            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+            nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
+            scaled = bb.adam_ratio(mu_hats, nu_hats, eps, eps_root)
+            new_mus = bb.store(mus, tm.cast(moments, mu_dtype), inplace)
+            new_nus = bb.store(nus, [v.to(n.dtype) for v, n in zip(seconds, nus)], inplace)
+            scaled = bb.emit(gs, scaled, inplace)
         return tm.unflatten(spec, scaled), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
@@ -636,24 +530,24 @@ def scale_by_amsgrad(
     """
 
     def init_fn(params):
-        return ScaleByAmsgradState(count=_zero_count(params), mu=_zeros(params, mu_dtype),
-                                   nu=_zeros(params), nu_max=_zeros(params))
+        return ScaleByAmsgradState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
+                                   nu=bb.zeros(params), nu_max=bb.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        maxima = _state_leaves(state.nu_max, spec, updates, "state.nu_max")
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        maxima = bb.state_leaves(state.nu_max, spec, updates, "state.nu_max")
         count_inc = numerics.safe_increment(state.count)
-        moments = _update_moment(mus, gs, b1)
-        seconds = _update_moment(nus, tm.abs_sq(gs), b2)
-        mu_hats = (_debias(moments, _bias_correction(b1, count_inc, moments))
+        moments = bb.update_moment(mus, gs, b1)
+        seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+        mu_hats = (bb.debias(moments, bb.bias_correction(b1, count_inc, moments))
                    if bias_correction_mu else moments)
-        nu_effective = (_debias(seconds, _bias_correction(b2, count_inc, seconds))
+        nu_effective = (bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
                         if bias_correction_nu else seconds)
         new_maxima = tm.maximum(maxima, nu_effective)
-        scaled = _adam_ratio(mu_hats, new_maxima, eps, eps_root)
+        scaled = bb.adam_ratio(mu_hats, new_maxima, eps, eps_root)
         return tm.unflatten(spec, scaled), ScaleByAmsgradState(
             count=count_inc, mu=tm.unflatten(spec, tm.cast(moments, mu_dtype)),
             nu=tm.unflatten(spec, seconds), nu_max=tm.unflatten(spec, new_maxima))
@@ -679,20 +573,21 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
     """
 
     def init_fn(params):
-        return ScaleByAdamState(count=_zero_count(params), mu=_zeros(params), nu=_zeros(params))
+        return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params),
+                                nu=bb.zeros(params))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
-        moments = _update_moment(mus, gs, b1)
+        moments = bb.update_moment(mus, gs, b1)
         maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
-        scaled = tm.div(_debias(moments, _bias_correction(b1, count_inc, moments)), maxima)
-        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, _store(mus, moments, inplace)),
-            nu=tm.unflatten(spec, _store(nus, maxima, inplace)))
+        scaled = tm.div(bb.debias(moments, bb.bias_correction(b1, count_inc, moments)), maxima)
+        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, bb.store(mus, moments, inplace)),
+            nu=tm.unflatten(spec, bb.store(nus, maxima, inplace)))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -746,23 +641,23 @@ def scale_by_lion(
         return [torch.where(x.abs() >= 1.0, x.sign(), x) for x in xs]  # NaN stays NaN
 
     def init_fn(params):
-        return ScaleByLionState(count=_zero_count(params), mu=_zeros(params, mu_dtype))
+        return ScaleByLionState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        fast = (_is_number(b1) and _is_number(b2) and _same_dtypes(mus, gs)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        fast = (bb.is_number(b1) and bb.is_number(b2) and tm.same_dtypes(mus, gs)
                 and not tm.is_recording(mus, gs))
         # One-pass interpolations (``lerp``) when nothing is differentiated; ``mixed`` is a
         # fresh buffer that the sign may then overwrite.
-        mixed = tm.lerp(mus, gs, 1 - b1) if fast else _update_moment(mus, gs, b1)
+        mixed = tm.lerp(mus, gs, 1 - b1) if fast else bb.update_moment(mus, gs, b1)
         scaled = direction(mixed, inplace=fast)
         if fast:
             new_mus = tm.lerp(mus, gs, 1 - b2, inplace=inplace)
         else:
-            new_mus = _store(mus, tm.cast(_update_moment(mus, gs, b2), mu_dtype), inplace)
-        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByLionState(
+            new_mus = bb.store(mus, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype), inplace)
+        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByLionState(
             count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus))
 
     return _with_extra_args(init_fn, update_fn)
@@ -802,21 +697,21 @@ def scale_by_belief(
     """
 
     def init_fn(params):
-        return ScaleByBeliefState(count=_zero_count(params), mu=_zeros(params),
-                                  nu=_zeros(params))
+        return ScaleByBeliefState(count=bb.zero_count(params), mu=bb.zeros(params),
+                                  nu=bb.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        moments = _update_moment(mus, gs, b1)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        moments = bb.update_moment(mus, gs, b1)
         errors = tm.sub(gs, moments)
-        seconds = tm.add(_update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+        seconds = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
         count_inc = numerics.safe_increment(state.count)
-        mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
-        nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
-        scaled = _adam_ratio(mu_hats, nu_hats, eps, 0.0)
+        mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
+        scaled = bb.adam_ratio(mu_hats, nu_hats, eps, 0.0)
         return tm.unflatten(spec, scaled), ScaleByBeliefState(
             count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
 
@@ -849,23 +744,23 @@ def scale_by_yogi(
     """
 
     def init_fn(params):
-        return ScaleByAdamState(count=_zero_count(params),
-                                mu=_full(params, initial_accumulator_value),
-                                nu=_full(params, initial_accumulator_value))
+        return ScaleByAdamState(count=bb.zero_count(params),
+                                mu=bb.full(params, initial_accumulator_value),
+                                nu=bb.full(params, initial_accumulator_value))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        moments = _update_moment(mus, gs, b1)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        moments = bb.update_moment(mus, gs, b1)
         squares = tm.abs_sq(gs)
         steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
         seconds = tm.sub(nus, tm.mul(steps, squares))
         count_inc = numerics.safe_increment(state.count)
-        mu_hats = _debias(moments, _bias_correction(b1, count_inc, moments))
-        nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
-        scaled = _adam_ratio(mu_hats, nu_hats, eps, eps_root)
+        mu_hats = bb.debias(moments, bb.bias_correction(b1, count_inc, moments))
+        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
+        scaled = bb.adam_ratio(mu_hats, nu_hats, eps, eps_root)
         return tm.unflatten(spec, scaled), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
 
@@ -901,29 +796,30 @@ def scale_by_radam(
     ro_inf = 2.0 / (1.0 - b2) - 1.0
 
     def init_fn(params):
-        return ScaleByAdamState(count=_zero_count(params), mu=_zeros(params), nu=_zeros(params))
+        return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params),
+                                nu=bb.zeros(params))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
-        moments = _update_moment(mus, gs, b1)
-        seconds = _update_moment(nus, tm.abs_sq(gs), b2)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        moments = bb.update_moment(mus, gs, b1)
+        seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_increment(state.count)
         steps = count_inc.to(tm.widest_real_dtype(gs))
         b2t = b2 ** steps
         ro = ro_inf - 2 * steps * b2t / (1 - b2t)
         rectifier = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf
                                / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
-        mu_hats = _first_moment(moments, gs, b1, count_inc, nesterov)
-        nu_hats = _debias(seconds, _bias_correction(b2, count_inc, seconds))
-        adaptive = _adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)), nu_hats,
+        mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
+        adaptive = bb.adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)), nu_hats,
                                eps, eps_root)
         scaled = tm.where(ro >= threshold, adaptive, mu_hats)
-        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, _store(mus, moments, inplace)),
-            nu=tm.unflatten(spec, _store(nus, seconds, inplace)))
+        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, bb.store(mus, moments, inplace)),
+            nu=tm.unflatten(spec, bb.store(nus, seconds, inplace)))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -952,20 +848,20 @@ def scale_by_adadelta(rho: Scalar = 0.9,
     """
 
     def init_fn(params):
-        return ScaleByAdaDeltaState(e_g=_zeros(params), e_x=_zeros(params))
+        return ScaleByAdaDeltaState(e_g=bb.zeros(params), e_x=bb.zeros(params))
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
-        e_gs = _state_leaves(state.e_g, spec, updates, "state.e_g")
-        e_xs = _state_leaves(state.e_x, spec, updates, "state.e_x")
-        new_e_gs = _update_moment(e_gs, tm.square(gs), rho)
+        e_gs = bb.state_leaves(state.e_g, spec, updates, "state.e_g")
+        e_xs = bb.state_leaves(state.e_x, spec, updates, "state.e_x")
+        new_e_gs = bb.update_moment(e_gs, tm.square(gs), rho)
         ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
         scaled = tm.mul(ratios, gs)
-        new_e_xs = _update_moment(e_xs, tm.square(scaled), rho)
-        return tm.unflatten(spec, _emit(gs, scaled, inplace)), ScaleByAdaDeltaState(
-            e_g=tm.unflatten(spec, _store(e_gs, new_e_gs, inplace)),
-            e_x=tm.unflatten(spec, _store(e_xs, new_e_xs, inplace)))
+        new_e_xs = bb.update_moment(e_xs, tm.square(scaled), rho)
+        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdaDeltaState(
+            e_g=tm.unflatten(spec, bb.store(e_gs, new_e_gs, inplace)),
+            e_x=tm.unflatten(spec, bb.store(e_xs, new_e_xs, inplace)))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -1006,19 +902,19 @@ def scale_by_novograd(
 
     def init_fn(params):
         return ScaleByNovogradState(
-            count=_zero_count(params), mu=_zeros(params, mu_dtype),
+            count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
             nu=tm.tree_map(lambda p: torch.zeros((), dtype=p.dtype, device=p.device), params))
 
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)
-        ps = _params_leaves(params, spec, updates, "scale_by_novograd")
-        mus = _state_leaves(state.mu, spec, updates, "state.mu")
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        ps = bb.params_leaves(params, spec, updates, "scale_by_novograd")
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
         first_step = count_inc == 1
         squared_norms = tm.square(tm.norms(gs))
         first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
-        new_nus = tm.where(first_step, first_nus, _update_moment(nus, squared_norms, b2))
+        new_nus = tm.where(first_step, first_nus, bb.update_moment(nus, squared_norms, b2))
         denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
         additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
         moments = tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions))
@@ -1064,25 +960,25 @@ def scale_by_adan(
     """
 
     def init_fn(params):
-        return ScaleByAdanState(m=_zeros(params), v=_zeros(params), n=_zeros(params),
-                                g=_zeros(params), t=_zero_count(params))
+        return ScaleByAdanState(m=bb.zeros(params), v=bb.zeros(params), n=bb.zeros(params),
+                                g=bb.zeros(params), t=bb.zero_count(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        ms = _state_leaves(state.m, spec, updates, "state.m")
-        vs = _state_leaves(state.v, spec, updates, "state.v")
-        ns = _state_leaves(state.n, spec, updates, "state.n")
-        previous = _state_leaves(state.g, spec, updates, "state.g")
+        ms = bb.state_leaves(state.m, spec, updates, "state.m")
+        vs = bb.state_leaves(state.v, spec, updates, "state.v")
+        ns = bb.state_leaves(state.n, spec, updates, "state.n")
+        previous = bb.state_leaves(state.g, spec, updates, "state.g")
         differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
-        new_ms = _update_moment(ms, gs, b1)
-        new_vs = _update_moment(vs, differences, b2)
-        new_ns = _update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
+        new_ms = bb.update_moment(ms, gs, b1)
+        new_vs = bb.update_moment(vs, differences, b2)
+        new_ns = bb.update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
         t = numerics.safe_increment(state.t)
-        m_hats = _debias(new_ms, _bias_correction(b1, t, new_ms))
-        v_hats = _debias(new_vs, _bias_correction(b2, t, new_vs))
-        n_hats = _debias(new_ns, _bias_correction(b3, t, new_ns))
-        scaled = _adam_ratio(tm.add_scaled(m_hats, 1 - b2, v_hats), n_hats, eps, eps_root)
+        m_hats = bb.debias(new_ms, bb.bias_correction(b1, t, new_ms))
+        v_hats = bb.debias(new_vs, bb.bias_correction(b2, t, new_vs))
+        n_hats = bb.debias(new_ns, bb.bias_correction(b3, t, new_ns))
+        scaled = bb.adam_ratio(tm.add_scaled(m_hats, 1 - b2, v_hats), n_hats, eps, eps_root)
         # The gradient is kept for the next difference: a copy, so that later in-place
         # writes into the caller's gradient buffers cannot change the state.
         return tm.unflatten(spec, scaled), ScaleByAdanState(
@@ -1102,7 +998,7 @@ def _scale_by_block_statistic(statistics: Callable[[Leaves], Leaves],
 
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)
-        ps = _params_leaves(params, spec, updates, name)
+        ps = bb.params_leaves(params, spec, updates, name)
         return tm.unflatten(spec, tm.mul(gs, statistics(ps))), state
 
     return base.GradientTransformation(base.init_empty_state, update_fn)
@@ -1169,7 +1065,7 @@ def scale_by_trust_ratio(
 
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)
-        ps = _params_leaves(params, spec, updates, "scale_by_trust_ratio")
+        ps = bb.params_leaves(params, spec, updates, "scale_by_trust_ratio")
         if not gs:
             return updates, state
         param_norms = _clipped_norms(ps, min_norm)
@@ -1216,14 +1112,14 @@ def scale_by_rprop(
     """
 
     def init_fn(params):
-        return ScaleByRpropState(step_sizes=_full(params, learning_rate),
-                                 prev_updates=_zeros(params))
+        return ScaleByRpropState(step_sizes=bb.full(params, learning_rate),
+                                 prev_updates=bb.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        steps = _state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
-        previous = _state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
+        steps = bb.state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
+        previous = bb.state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
         agreements = tm.mul(gs, previous)
         new_steps = [
             torch.where(a == 0, s, torch.clamp(torch.where(a > 0, s * eta_plus, s * eta_minus),
@@ -1261,12 +1157,12 @@ def apply_every(k: int = 1) -> base.GradientTransformation:
     """
 
     def init_fn(params):
-        return ApplyEvery(count=_zero_count(params), grad_acc=_zeros(params))
+        return ApplyEvery(count=bb.zero_count(params), grad_acc=bb.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        accumulated = _state_leaves(state.grad_acc, spec, updates, "state.grad_acc")
+        accumulated = bb.state_leaves(state.grad_acc, spec, updates, "state.grad_acc")
         phase = state.count % k
         keep = tm.scalar_like(phase != 0, accumulated)
         new_accumulated = tm.add(tm.mul(accumulated, keep), gs)
@@ -1330,7 +1226,7 @@ def _reject_scalars(params: base.Params, name: str) -> None:
 def _sm3_accumulator(g: torch.Tensor, covers: list[torch.Tensor], b2: Scalar) -> torch.Tensor:
     """``(1 - b2) * g ** 2 + b2 * cover``, the cover being the minimum of the broadcast
     per-dimension accumulators (``1 - b2`` is replaced by 1 when ``b2 == 1``)."""
-    new_weight = 1.0 if tm.is_one(b2) else 1 - b2
+    new_weight = 1.0 if bb.is_one(b2) else 1 - b2
     return new_weight * g ** 2 + b2 * functools.reduce(torch.minimum, covers)
 
 
@@ -1368,12 +1264,12 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
         _reject_scalars(params, "scale_by_sm3")
         mu = tm.tree_map(lambda p: [p.new_zeros(p.shape[axis]) for axis in range(p.ndim)],
                          params)
-        return ScaleBySM3State(mu=mu, nu=_zeros(params))
+        return ScaleBySM3State(mu=mu, nu=bb.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        nus = _state_leaves(state.nu, spec, updates, "state.nu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         # ``state.mu`` holds a list of accumulators where ``updates`` hold a leaf.
         mu_lists = spec.flatten_up_to(state.mu)
         accumulators = []
@@ -1382,7 +1278,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
                          for axis, c in enumerate(covers)]
             accumulators.append(_sm3_accumulator(g, broadcast, b2))
         scaled = tm.mul(gs, _where_positive_rsqrt(accumulators, eps))
-        new_nus = _update_moment(nus, scaled, b1)
+        new_nus = bb.update_moment(nus, scaled, b1)
         new_mu = tm.unflatten(spec, [_sm3_maxima(a) for a in accumulators])
         nu = tm.unflatten(spec, new_nus)
         return nu, ScaleBySM3State(mu=new_mu, nu=nu)
@@ -1417,13 +1313,13 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
 
     def init_fn(params):
         return ScaleByOptimisticGradientState(
-            is_initial_step=torch.ones((), dtype=torch.bool, device=_device_of(params)),
-            previous_gradient=_zeros(params))
+            is_initial_step=torch.ones((), dtype=torch.bool, device=bb.device_of(params)),
+            previous_gradient=bb.zeros(params))
 
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
-        previous = _state_leaves(state.previous_gradient, spec, updates,
+        previous = bb.state_leaves(state.previous_gradient, spec, updates,
                                  "state.previous_gradient")
         previous = tm.where(state.is_initial_step, gs, previous)
         scaled = tm.sub(tm.mul(gs, alpha + beta), tm.mul(previous, beta))
@@ -1480,11 +1376,11 @@ def scale_by_distance_over_gradients(
 
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)
-        ps = _params_leaves(params, spec, updates, "scale_by_distance_over_gradients")
-        distances = _state_leaves(state.max_dist, spec, updates, "state.max_dist")
-        sums = _state_leaves(state.grad_sum_of_squares, spec, updates,
+        ps = bb.params_leaves(params, spec, updates, "scale_by_distance_over_gradients")
+        distances = bb.state_leaves(state.max_dist, spec, updates, "state.max_dist")
+        sums = bb.state_leaves(state.grad_sum_of_squares, spec, updates,
                              "state.grad_sum_of_squares")
-        initial = _state_leaves(state.init_params, spec, updates, "state.init_params")
+        initial = bb.state_leaves(state.init_params, spec, updates, "state.init_params")
         new_distances = tm.maximum(distances, tm.norms(tm.sub(ps, initial)))
         new_sums = tm.add(sums, tm.square(tm.norms(gs)))
         steps = tm.mul(tm.div(new_distances, tm.sqrt(tm.add(new_sums, eps))), global_scale)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from optax_compat._src import base, tree_math
+from optax_compat._src import base
+from optax_compat._src.building_blocks import tree_math
 
 
 def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:

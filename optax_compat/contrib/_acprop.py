@@ -1,7 +1,7 @@
 """ACProp: AdaBelief with an asynchronous (one step old) denominator.
 
 Mirrors ``optax/contrib/_acprop.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`.
+:mod:`optax_compat._src.building_blocks.tree_math`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any, Optional, Union
 import torch
 
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 Scalar = Union[float, torch.Tensor]
@@ -40,26 +41,26 @@ def scale_by_acprop(
     """
 
     def init_fn(params: base.Params) -> transform.ScaleByBeliefState:
-        return transform.ScaleByBeliefState(count=transform._zero_count(params),
-                                            mu=transform._zeros(params),
-                                            nu=transform._zeros(params))
+        return transform.ScaleByBeliefState(count=bb.zero_count(params),
+                                            mu=bb.zeros(params),
+                                            nu=bb.zeros(params))
 
     def update_fn(updates: base.Updates, state: transform.ScaleByBeliefState,
                   params: Optional[base.Params] = None):
         del params
         gs, spec = tm.float_leaves(updates)
-        mus = transform._state_leaves(state.mu, spec, updates, "state.mu")
-        nus = transform._state_leaves(state.nu, spec, updates, "state.nu")
-        new_mus = transform._update_moment(mus, gs, b1)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        new_mus = bb.update_moment(mus, gs, b1)
         # The prediction error is measured against the moment *before* this gradient.
         errors = tm.sub(gs, mus)
-        new_nus = tm.add(transform._update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+        new_nus = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
         count_inc = numerics.safe_increment(state.count)
         # The denominator uses the previous moment; at the first step (no moment yet) it is
         # one, and the bias correction uses count 1 there so nothing divides by zero.
         initial = state.count == 0
         previous_count = torch.where(initial, count_inc, state.count)
-        nu_hats = transform._debias(nus, transform._bias_correction(b2, previous_count, nus))
+        nu_hats = bb.debias(nus, bb.bias_correction(b2, previous_count, nus))
         nu_hats = [torch.where(initial, 1.0, nu_hat) for nu_hat in nu_hats]
         scaled = tm.div(gs, tm.add(tm.sqrt(nu_hats), eps))
         return tm.unflatten(spec, scaled), transform.ScaleByBeliefState(

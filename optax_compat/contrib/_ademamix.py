@@ -1,7 +1,8 @@
 """AdEMAMix and Simplified AdEMAMix: Adam with a mixture of a fast and a slow momentum.
 
 Mirrors ``optax/contrib/_ademamix.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`; hyperparameters given as schedules are evaluated at the
+:mod:`optax_compat._src.building_blocks.tree_math`; hyperparameters given as schedules are
+evaluated at the
 step count kept in the state.
 """
 
@@ -13,7 +14,8 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 Scalar = Union[float, torch.Tensor]
@@ -81,27 +83,27 @@ def scale_by_ademamix(
 
     def init_fn(params: base.Params) -> ScaleByAdemamixState:
         return ScaleByAdemamixState(
-            count=transform._zero_count(params), count_m2=transform._zero_count(params),
-            m1=transform._zeros(params, mu_dtype), m2=transform._zeros(params, mu_dtype),
-            nu=transform._zeros(params, mu_dtype))
+            count=bb.zero_count(params), count_m2=bb.zero_count(params),
+            m1=bb.zeros(params, mu_dtype), m2=bb.zeros(params, mu_dtype),
+            nu=bb.zeros(params, mu_dtype))
 
     def update_fn(updates: base.Updates, state: ScaleByAdemamixState,
                   params: Optional[base.Params] = None):
         del params
         gs, spec = tm.float_leaves(updates)
-        m1s = transform._state_leaves(state.m1, spec, updates, "state.m1")
-        m2s = transform._state_leaves(state.m2, spec, updates, "state.m2")
-        nus = transform._state_leaves(state.nu, spec, updates, "state.nu")
+        m1s = bb.state_leaves(state.m1, spec, updates, "state.m1")
+        m2s = bb.state_leaves(state.m2, spec, updates, "state.m2")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         slow_decay = _value_at(b3, state.count_m2)
         mixing = _value_at(alpha, state.count_m2)
-        new_m1s = transform._update_moment(m1s, gs, b1)
-        new_m2s = transform._update_moment(m2s, gs, slow_decay)
-        new_nus = transform._update_moment(nus, tm.abs_sq(gs), b2)
+        new_m1s = bb.update_moment(m1s, gs, b1)
+        new_m2s = bb.update_moment(m2s, gs, slow_decay)
+        new_nus = bb.update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_int32_increment(state.count)
         count_m2_inc = numerics.safe_int32_increment(state.count_m2)
-        m1_hats = transform._debias(new_m1s, transform._bias_correction(b1, count_inc, new_m1s))
-        nu_hats = transform._debias(new_nus, transform._bias_correction(b2, count_inc, new_nus))
-        scaled = transform._adam_ratio(_mix(m1_hats, mixing, new_m2s), nu_hats, eps, eps_root)
+        m1_hats = bb.debias(new_m1s, bb.bias_correction(b1, count_inc, new_m1s))
+        nu_hats = bb.debias(new_nus, bb.bias_correction(b2, count_inc, new_nus))
+        scaled = bb.adam_ratio(_mix(m1_hats, mixing, new_m2s), nu_hats, eps, eps_root)
         return tm.unflatten(spec, scaled), ScaleByAdemamixState(
             count=count_inc, count_m2=count_m2_inc, m1=tm.unflatten(spec, new_m1s),
             m2=tm.unflatten(spec, new_m2s), nu=tm.unflatten(spec, new_nus))
@@ -200,24 +202,24 @@ def scale_by_simplified_ademamix(
     """
 
     def init_fn(params: base.Params) -> ScaleBySimplifiedAdEMAMixState:
-        return ScaleBySimplifiedAdEMAMixState(t=transform._zero_count(params),
-                                              m=transform._zeros(params),
-                                              n=transform._zeros(params))
+        return ScaleBySimplifiedAdEMAMixState(t=bb.zero_count(params),
+                                              m=bb.zeros(params),
+                                              n=bb.zeros(params))
 
     def update_fn(updates: base.Updates, state: ScaleBySimplifiedAdEMAMixState,
                   params: Optional[base.Params] = None):
         del params
         gs, spec = tm.float_leaves(updates)
-        ms = transform._state_leaves(state.m, spec, updates, "state.m")
-        ns = transform._state_leaves(state.n, spec, updates, "state.n")
+        ms = bb.state_leaves(state.m, spec, updates, "state.m")
+        ns = bb.state_leaves(state.n, spec, updates, "state.n")
         mixing = _value_at(alpha, state.t)
         new_ms = _mix(gs, b1, ms)
         squares = tm.square(gs)
         # Optax's ``lerp(b2, g * g, n)``: ``g * g + b2 * (n - g * g)``.
         new_ns = _mix(squares, b2, tm.sub(ns, squares))
         count_inc = numerics.safe_increment(state.t)
-        n_hats = transform._debias(new_ns, transform._bias_correction(b2, count_inc, new_ns))
-        scaled = transform._adam_ratio(_mix(new_ms, mixing, gs), n_hats, eps, eps_root)
+        n_hats = bb.debias(new_ns, bb.bias_correction(b2, count_inc, new_ns))
+        scaled = bb.adam_ratio(_mix(new_ms, mixing, gs), n_hats, eps, eps_root)
         return tm.unflatten(spec, scaled), ScaleBySimplifiedAdEMAMixState(
             t=count_inc, m=tm.unflatten(spec, new_ms), n=tm.unflatten(spec, new_ns))
 

@@ -1,7 +1,7 @@
 """ADOPT: Adam with the second moment of the *previous* step and clipped normalised updates.
 
 Mirrors ``optax/contrib/_adopt.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`; the first-step special cases are ``torch.where``
+:mod:`optax_compat._src.building_blocks.tree_math`; the first-step special cases are ``torch.where``
 selections, so ``update`` never synchronises with the device.
 """
 
@@ -13,7 +13,8 @@ from typing import Any, Optional, Union
 import torch
 
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _combining
 
 Scalar = Union[float, torch.Tensor]
@@ -31,7 +32,7 @@ def _after_first_step(count: torch.Tensor, value: Scalar, first: float,
 
 
 def _per_leaf(value: Any, count: int) -> list:
-    """A per-leaf list from what :func:`~optax_compat._src.tree_math.scalar_like` returns."""
+    """A per-leaf list from what :func:`~.building_blocks.tree_math.scalar_like` returns."""
     return value if isinstance(value, list) else [value] * count
 
 
@@ -68,16 +69,16 @@ def scale_by_adopt(
     """
 
     def init_fn(params: base.Params) -> transform.ScaleByAdamState:
-        return transform.ScaleByAdamState(count=transform._zero_count(params),
-                                          mu=transform._zeros(params, mu_dtype),
-                                          nu=transform._zeros(params))
+        return transform.ScaleByAdamState(count=bb.zero_count(params),
+                                          mu=bb.zeros(params, mu_dtype),
+                                          nu=bb.zeros(params))
 
     def update_fn(updates: base.Updates, state: transform.ScaleByAdamState,
                   params: Optional[base.Params] = None):
         del params
         gs, spec = tm.float_leaves(updates)
-        mus = transform._state_leaves(state.mu, spec, updates, "state.mu")
-        nus = transform._state_leaves(state.nu, spec, updates, "state.nu")
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         dtype = tm.widest_real_dtype(gs)
         b1_now = _after_first_step(state.count, b1, 1.0, dtype)
         b2_now = _after_first_step(state.count, b2, 0.0, dtype)

@@ -1,7 +1,7 @@
 """COCOB-Backprop: learning-rate-free optimisation by continuous coin betting.
 
 Mirrors ``optax/contrib/_cocob.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`.
+:mod:`optax_compat._src.building_blocks.tree_math`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import base, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 Scalar = Union[float, torch.Tensor]
@@ -56,9 +57,9 @@ def scale_by_cocob(alpha: Scalar = 100.0, eps: Scalar = 1e-8) -> base.GradientTr
     def update_fn(updates: base.Updates, state: COCOBState,
                   params: Optional[base.Params] = None):
         gs, spec = tm.float_leaves(updates)
-        ps = transform._params_leaves(params, spec, updates, "scale_by_cocob")
+        ps = bb.params_leaves(params, spec, updates, "scale_by_cocob")
         initial, cumulative, scales, subgradients, rewards = (
-            transform._state_leaves(tree, spec, updates, f"state.{name}")
+            bb.state_leaves(tree, spec, updates, f"state.{name}")
             for name, tree in zip(COCOBState._fields, state))
         magnitudes = tm.abs(gs)
         scales = tm.maximum(scales, magnitudes)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Optional
 import torch
 
 from optax_compat._src import base
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 
 class SplitRealAndImaginaryArrays(NamedTuple):

@@ -1,7 +1,8 @@
 """D-Adaptation for AdamW: a learning-rate-free AdamW.
 
 Mirrors ``optax/contrib/_dadapt_adamw.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`; the distance estimate and its numerator are 0-d tensors
+:mod:`optax_compat._src.building_blocks.tree_math`; the distance estimate and its numerator
+are 0-d tensors
 in the lowest floating dtype of the params (so they never promote the params).
 """
 
@@ -11,8 +12,9 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting, _tree_math
 
 Scalar = float | torch.Tensor
@@ -45,7 +47,7 @@ def scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
     updating the params never promotes them.
     """
     dtype = _casting.tree_dtype(params, "lowest")
-    return torch.as_tensor(value, dtype=dtype, device=transform._device_of(params)).clone()
+    return torch.as_tensor(value, dtype=dtype, device=bb.device_of(params)).clone()
 
 
 def adam_step_correction(betas: tuple[Scalar, Scalar], count_inc: torch.Tensor,
@@ -94,20 +96,20 @@ def dadapt_adamw(
 
     def init_fn(params: base.Params) -> DAdaptAdamWState:
         return DAdaptAdamWState(
-            exp_avg=transform._zeros(params), exp_avg_sq=transform._zeros(params),
-            grad_sum=transform._zeros(params), estim_lr=scalar_state(params, estim_lr0),
+            exp_avg=bb.zeros(params), exp_avg_sq=bb.zeros(params),
+            grad_sum=bb.zeros(params), estim_lr=scalar_state(params, estim_lr0),
             numerator_weighted=scalar_state(params, 0.0),
-            count=transform._zero_count(params))
+            count=bb.zero_count(params))
 
     def update_fn(updates: base.Updates, state: DAdaptAdamWState,
                   params: Optional[base.Params] = None, **extra_args: Any):
         del extra_args
         gs, spec = tm.float_leaves(updates)
-        ps = transform._params_leaves(params, spec, updates, "dadapt_adamw")
-        exp_avgs = transform._state_leaves(state.exp_avg, spec, updates, "state.exp_avg")
-        exp_avg_sqs = transform._state_leaves(state.exp_avg_sq, spec, updates,
+        ps = bb.params_leaves(params, spec, updates, "dadapt_adamw")
+        exp_avgs = bb.state_leaves(state.exp_avg, spec, updates, "state.exp_avg")
+        exp_avg_sqs = bb.state_leaves(state.exp_avg_sq, spec, updates,
                                               "state.exp_avg_sq")
-        grad_sums = transform._state_leaves(state.grad_sum, spec, updates, "state.grad_sum")
+        grad_sums = bb.state_leaves(state.grad_sum, spec, updates, "state.grad_sum")
         schedule = learning_rate(state.count) if callable(learning_rate) else learning_rate
         count_inc = numerics.safe_increment(state.count)
         numerator = state.numerator_weighted
@@ -123,7 +125,7 @@ def dadapt_adamw(
         estim_lr = torch.maximum(state.estim_lr,
                                  numerator / ((1 - root_beta2) * grad_sum_l1))
         ratios = tm.div(exp_avgs, tm.add(tm.sqrt(exp_avg_sqs), eps))
-        directions = (tm.neg(ratios) if tm.is_zero(weight_decay)
+        directions = (tm.neg(ratios) if bb.is_zero(weight_decay)
                       else tm.sub(tm.mul(ps, -weight_decay * step), ratios))
         return tm.unflatten(spec, directions), DAdaptAdamWState(
             exp_avg=tm.unflatten(spec, exp_avgs), exp_avg_sq=tm.unflatten(spec, exp_avg_sqs),

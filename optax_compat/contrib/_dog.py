@@ -21,7 +21,8 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import base, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.contrib._dadapt_adamw import scalar_state
 from optax_compat.transforms import _adding, _combining
 
@@ -95,7 +96,7 @@ def scale_by_dog(init_step: InitStep, eps: Scalar = 1e-8) -> base.GradientTransf
         else:
             initial_distance = 0.0
         return DoGState(is_init_step=torch.ones((), dtype=torch.bool,
-                                                device=transform._device_of(params)),
+                                                device=bb.device_of(params)),
                         init_params=_copy_of(params),
                         max_dist=scalar_state(params, initial_distance),
                         sum_sq_norm_grads=scalar_state(params, 0.0))
@@ -103,8 +104,8 @@ def scale_by_dog(init_step: InitStep, eps: Scalar = 1e-8) -> base.GradientTransf
     def update_fn(updates: base.Updates, state: DoGState,
                   params: Optional[base.Params] = None):
         gs, spec = tm.float_leaves(updates)
-        ps = transform._params_leaves(params, spec, updates, "scale_by_dog")
-        initial = transform._state_leaves(state.init_params, spec, updates, "state.init_params")
+        ps = bb.params_leaves(params, spec, updates, "scale_by_dog")
+        initial = bb.state_leaves(state.init_params, spec, updates, "state.init_params")
         max_dist = torch.maximum(state.max_dist, torch.sqrt(_squared_distance(initial, ps)))
         sum_sq_norm_grads = state.sum_sq_norm_grads + tm.sum_of_squares(gs)
         step_size = max_dist / torch.sqrt(sum_sq_norm_grads + eps)
@@ -195,8 +196,8 @@ def scale_by_dowg(init_estim_sq_dist: Optional[Scalar] = None,
     def update_fn(updates: base.Updates, state: DoWGState,
                   params: Optional[base.Params] = None):
         gs, spec = tm.float_leaves(updates)
-        ps = transform._params_leaves(params, spec, updates, "scale_by_dowg")
-        initial = transform._state_leaves(state.init_params, spec, updates, "state.init_params")
+        ps = bb.params_leaves(params, spec, updates, "scale_by_dowg")
+        initial = bb.state_leaves(state.init_params, spec, updates, "state.init_params")
         estim_sq_dist = torch.maximum(state.estim_sq_dist, _squared_distance(initial, ps))
         weighted_sq_norm_grads = (estim_sq_dist * tm.sum_of_squares(gs)
                                   + state.weighted_sq_norm_grads)

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.contrib import _muon
 from optax_compat.transforms import _adding, _combining
 
@@ -119,7 +120,7 @@ def _projection(x: torch.Tensor, dim_nums: GaLoreDimensionNumbers, rank: int) ->
 
 def _scaled(x: torch.Tensor, scale: Any) -> torch.Tensor:
     """``scale * x``, without a pass over ``x`` for the default ``scale`` of 1 (same numbers)."""
-    return x if tm.is_one(scale) else scale * x
+    return x if bb.is_one(scale) else scale * x
 
 
 class GaLoreState(NamedTuple):
@@ -200,7 +201,7 @@ def scale_by_galore(
     def init_fn(params: base.Params) -> GaLoreState:
         xs, spec = tm.flatten(params)
         if not xs:
-            return GaLoreState(count=transform._zero_count(params),
+            return GaLoreState(count=bb.zero_count(params),
                                base_optimizer_state=base_optimizer.init(params),
                                projector=params)
         projectors, proxies = [], []
@@ -211,7 +212,7 @@ def scale_by_galore(
             else:
                 projectors.append(x.new_zeros(projection.projector_shape))
                 proxies.append(x.new_zeros(projection.low_rank_shape))
-        return GaLoreState(count=transform._zero_count(params),
+        return GaLoreState(count=bb.zero_count(params),
                            base_optimizer_state=base_optimizer.init(tm.unflatten(spec, proxies)),
                            projector=tm.unflatten(spec, projectors))
 

@@ -1,7 +1,7 @@
 """MADGRAD: a momentumized, adaptive, dual-averaged gradient method.
 
 Mirrors ``optax/contrib/_madgrad.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`.
+:mod:`optax_compat._src.building_blocks.tree_math`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 
@@ -57,18 +58,18 @@ def scale_by_madgrad(
 
     def init_fn(params: base.Params) -> MadgradState:
         xs, spec = tm.flatten(params)
-        return MadgradState(count=transform._zero_count(params),
-                            grad_sum_sq=transform._zeros(params), s=transform._zeros(params),
+        return MadgradState(count=bb.zero_count(params),
+                            grad_sum_sq=bb.zeros(params), s=bb.zeros(params),
                             x0=tm.unflatten(spec, tm.clone(xs)))
 
     def update_fn(updates: base.Updates, state: MadgradState,
                   params: Optional[base.Params] = None):
         gs, spec = tm.float_leaves(updates)
-        ps = transform._params_leaves(params, spec, updates, "scale_by_madgrad")
-        sums_sq = transform._state_leaves(state.grad_sum_sq, spec, updates,
+        ps = bb.params_leaves(params, spec, updates, "scale_by_madgrad")
+        sums_sq = bb.state_leaves(state.grad_sum_sq, spec, updates,
                                           "state.grad_sum_sq")
-        sums = transform._state_leaves(state.s, spec, updates, "state.s")
-        initial = transform._state_leaves(state.x0, spec, updates, "state.x0")
+        sums = bb.state_leaves(state.s, spec, updates, "state.s")
+        initial = bb.state_leaves(state.x0, spec, updates, "state.x0")
         rate = learning_rate(state.count) if callable(learning_rate) else learning_rate
         # ``jnp.sqrt`` of Optax's int32 ``count + 1`` is float32 whatever the precision mode.
         root_steps = torch.sqrt((state.count + 1).to(torch.float32))

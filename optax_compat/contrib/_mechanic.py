@@ -15,7 +15,8 @@ from typing import Any, NamedTuple, Optional
 import torch
 
 from optax_compat._src import base, control_flow, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting
 
 Scalar = transform.Scalar
@@ -75,7 +76,7 @@ def mechanize(
     base_optimizer = base.with_extra_args_support(base_optimizer)
 
     def init_fn(params: base.Params) -> MechanicState:
-        count = transform._zero_count(params)
+        count = bb.zero_count(params)
         dtype = _casting.tree_dtype(params, "lowest")
 
         def per_beta(value: float) -> torch.Tensor:

@@ -13,7 +13,8 @@ from typing import Any, NamedTuple, Optional
 import torch
 
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting, _tree_math
 
 Scalar = transform.Scalar
@@ -64,7 +65,7 @@ class MomoAdamState(NamedTuple):
 def _scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
     """A 0-d tensor holding ``value`` in the lowest dtype of ``params``, on their device."""
     return torch.as_tensor(value, dtype=_casting.tree_dtype(params, "lowest"),
-                           device=transform._device_of(params)).clone()
+                           device=bb.device_of(params)).clone()
 
 
 def _check_update_args(name: str, params: Optional[base.Params], value: Any) -> None:
@@ -133,7 +134,7 @@ def _decayed_step(params: tm.Leaves, directions: tm.Leaves, tau: torch.Tensor, a
     """``-(alpha * wd) / (1 + alpha * wd) * p - tau * d`` per leaf."""
     shrink = -(alpha * weight_decay) / (1 + alpha * weight_decay)
     steps = tm.mul(directions, tm.scalar_like(tau, directions))
-    if tm.is_zero(shrink):
+    if bb.is_zero(shrink):
         return tm.neg(steps)
     return tm.sub(tm.mul(params, tm.scalar_like(shrink, params)), steps)
 
@@ -172,7 +173,7 @@ def momo(
         return MomoState(exp_avg=_tree_math.tree_zeros_like(params),
                          barf=_scalar_state(params, 0.0), gamma=_scalar_state(params, 0.0),
                          lb=_scalar_state(params, lower_bound),
-                         count=transform._zero_count(params))
+                         count=bb.zero_count(params))
 
     def update_fn(updates: base.Updates, state: MomoState, params: Optional[base.Params],
                   *, value: Any, **extra_args: Any) -> tuple[base.Updates, MomoState]:
@@ -241,7 +242,7 @@ def momo_adam(
                              exp_avg_sq=_tree_math.tree_zeros_like(params),
                              barf=_scalar_state(params, 0.0), gamma=_scalar_state(params, 0.0),
                              lb=_scalar_state(params, lower_bound),
-                             count=transform._zero_count(params))
+                             count=bb.zero_count(params))
 
     def update_fn(updates: base.Updates, state: MomoAdamState, params: Optional[base.Params],
                   *, value: Any, **extra_args: Any) -> tuple[base.Updates, MomoAdamState]:
@@ -261,7 +262,7 @@ def momo_adam(
                          tm.mul(gs, tm.scalar_like(1 - b1, gs)))
         exp_avg_sq = tm.add(tm.mul(squares, tm.scalar_like(b2, squares)),
                             tm.mul(tm.square(gs), tm.scalar_like(1 - b2, gs)))
-        second_correction = transform._bias_correction(b2, count_inc, gs).to(barf.dtype)
+        second_correction = bb.bias_correction(b2, count_inc, gs).to(barf.dtype)
         second_moments = tm.div(exp_avg_sq, tm.scalar_like(second_correction, exp_avg_sq))
         precond = tm.add(tm.sqrt(second_moments), tm.scalar_like(eps, second_moments))
         weighted = tm.div(exp_avg, precond)
@@ -269,7 +270,7 @@ def momo_adam(
         gamma = decay1 * state.gamma + (1 - decay1) * _vdot(gs, ps)
         iprod = _vdot(exp_avg, ps)
         alpha = _learning_rate(learning_rate, count, barf.dtype)
-        first_correction = transform._bias_correction(b1, count_inc, gs).to(barf.dtype)
+        first_correction = bb.bias_correction(b1, count_inc, gs).to(barf.dtype)
         tau, new_lb = _momo_step(barf, gamma, iprod, direction_norm, state.lb, alpha,
                                  weight_decay, lower_bound, adapt_lower_bound,
                                  bias_correction=first_correction)

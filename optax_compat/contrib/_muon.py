@@ -17,7 +17,8 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import alias, base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining, _masking
 
 Scalar = Union[float, torch.Tensor]
@@ -354,8 +355,8 @@ def scale_by_muon(
             if not coeffs.shape[0] <= steps:
                 raise ValueError(f"Not enough coeffs to perform {steps} steps")
             coeffs = coeffs[-steps:]
-        return MuonState(count=transform._zero_count(params),
-                         mu=transform._zeros(params, mu_dtype), ns_coeffs=coeffs)
+        return MuonState(count=bb.zero_count(params),
+                         mu=bb.zeros(params, mu_dtype), ns_coeffs=coeffs)
 
     def update_fn(updates: base.Updates, state: MuonState,
                   params: Optional[base.Params] = None) -> tuple[base.Updates, MuonState]:
@@ -364,8 +365,8 @@ def scale_by_muon(
         mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
         dim_nums = _resolve_dim_nums(weight_dimension_numbers, updates)
         count_inc = numerics.safe_increment(state.count)
-        new_mus = transform._update_moment(mus, gs, beta)
-        mu_hats = transform._first_moment(new_mus, gs, beta, count_inc, nesterov)
+        new_mus = bb.update_moment(mus, gs, beta)
+        mu_hats = bb.first_moment(new_mus, gs, beta, count_inc, nesterov)
         orthogonal = _orthogonalize_leaves(mu_hats, dim_nums, state.ns_coeffs, steps,
                                            preconditioning, eps)
         if adaptive:

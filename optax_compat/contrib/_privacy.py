@@ -12,7 +12,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from optax_compat._src import base, transform, utils
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _accumulation, _clipping, _combining
 from optax_compat.tree_utils import _random
 
@@ -66,7 +67,7 @@ def differentially_private_aggregate(
     noise_std = l2_norm_clip * noise_multiplier
 
     def init_fn(params: base.Params) -> DifferentiallyPrivateAggregateState:
-        device = transform._device_of(params)
+        device = bb.device_of(params)
         return DifferentiallyPrivateAggregateState(rng_key=initial_key.to(device, copy=True))
 
     def update_fn(updates: base.Updates, state: DifferentiallyPrivateAggregateState,

@@ -1,7 +1,8 @@
 """Prodigy: D-Adaptation AdamW that adapts the learning rate faster.
 
 Mirrors ``optax/contrib/_prodigy.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.tree_math`; the distance estimate and its numerator are 0-d tensors
+:mod:`optax_compat._src.building_blocks.tree_math`; the distance estimate and its numerator
+are 0-d tensors
 in the lowest floating dtype of the params.
 """
 
@@ -11,8 +12,9 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.contrib._dadapt_adamw import adam_step_correction, scalar_state
 from optax_compat.tree_utils import _tree_math
 
@@ -84,21 +86,21 @@ def prodigy(
     def init_fn(params: base.Params) -> ProdigyState:
         xs, spec = tm.flatten(params)
         return ProdigyState(
-            exp_avg=transform._zeros(params), exp_avg_sq=transform._zeros(params),
-            grad_sum=transform._zeros(params), params0=tm.unflatten(spec, tm.clone(xs)),
+            exp_avg=bb.zeros(params), exp_avg_sq=bb.zeros(params),
+            grad_sum=bb.zeros(params), params0=tm.unflatten(spec, tm.clone(xs)),
             estim_lr=scalar_state(params, estim_lr0),
-            numerator_weighted=scalar_state(params, 0.0), count=transform._zero_count(params))
+            numerator_weighted=scalar_state(params, 0.0), count=bb.zero_count(params))
 
     def update_fn(updates: base.Updates, state: ProdigyState,
                   params: Optional[base.Params] = None, **extra_args: Any):
         del extra_args
         gs, spec = tm.float_leaves(updates)
-        ps = transform._params_leaves(params, spec, updates, "prodigy")
-        exp_avgs = transform._state_leaves(state.exp_avg, spec, updates, "state.exp_avg")
-        exp_avg_sqs = transform._state_leaves(state.exp_avg_sq, spec, updates,
+        ps = bb.params_leaves(params, spec, updates, "prodigy")
+        exp_avgs = bb.state_leaves(state.exp_avg, spec, updates, "state.exp_avg")
+        exp_avg_sqs = bb.state_leaves(state.exp_avg_sq, spec, updates,
                                               "state.exp_avg_sq")
-        grad_sums = transform._state_leaves(state.grad_sum, spec, updates, "state.grad_sum")
-        initial = transform._state_leaves(state.params0, spec, updates, "state.params0")
+        grad_sums = bb.state_leaves(state.grad_sum, spec, updates, "state.grad_sum")
+        initial = bb.state_leaves(state.params0, spec, updates, "state.params0")
         schedule = learning_rate(state.count) if callable(learning_rate) else learning_rate
         count_inc = numerics.safe_increment(state.count)
         estim_lr = state.estim_lr
@@ -118,7 +120,7 @@ def prodigy(
         new_estim_lr = torch.maximum(estim_lr, estim_lr_coef * numerator / denominator)
         ratios = tm.div(tm.mul(exp_avgs, step),
                         tm.add(tm.sqrt(exp_avg_sqs), new_estim_lr * eps))
-        directions = (tm.neg(ratios) if tm.is_zero(weight_decay)
+        directions = (tm.neg(ratios) if bb.is_zero(weight_decay)
                       else tm.sub(tm.mul(ps, -weight_decay * step), ratios))
         return tm.unflatten(spec, directions), ProdigyState(
             exp_avg=tm.unflatten(spec, exp_avgs), exp_avg_sq=tm.unflatten(spec, exp_avg_sqs),

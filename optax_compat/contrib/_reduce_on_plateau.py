@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 import torch
 
 from optax_compat._src import base, control_flow, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting
 
 Scalar = transform.Scalar
@@ -87,7 +88,7 @@ def reduce_on_plateau(
     _check_hyperparameters(factor, rtol, atol)
 
     def init_fn(params: base.Params) -> ReduceLROnPlateauState:
-        count = transform._zero_count(params)
+        count = bb.zero_count(params)
         highest = _casting.tree_dtype(params, "highest")
         return ReduceLROnPlateauState(
             scale=torch.ones((), dtype=_casting.tree_dtype(params, "lowest"),

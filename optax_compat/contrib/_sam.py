@@ -20,8 +20,9 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from optax_compat._src import base, transform, update
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, update
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 
 NormalizeState = base.EmptyState
 
@@ -135,7 +136,7 @@ def sam(
 
     def init_fn(params: base.Params) -> SAMState:
         return SAMState(
-            steps_since_sync=transform._zero_count(params),
+            steps_since_sync=bb.zero_count(params),
             opt_state=optimizer.init(params), adv_state=adv_optimizer.init(params),
             # A distinct copy: the cache must not alias params that may be updated in place.
             cache=None if opaque_mode else tm.tree_map(torch.clone, params))

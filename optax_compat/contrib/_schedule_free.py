@@ -15,7 +15,8 @@ from typing import Any, NamedTuple, Optional
 import torch
 
 from optax_compat._src import alias, base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.schedules import _schedule
 from optax_compat.transforms import _adding, _combining
 from optax_compat.tree_utils import _casting
@@ -143,7 +144,7 @@ def schedule_free(
 
     def init_fn(params: base.Params) -> ScheduleFreeState:
         dtype = _casting.tree_dtype(params, "lowest")
-        count = transform._zero_count(params)
+        count = bb.zero_count(params)
         # A distinct copy: ``z`` must not alias params that may be updated in place.
         z = tm.tree_map(lambda p: p.to(state_dtype or p.dtype, copy=True), params)
         return ScheduleFreeState(

@@ -21,7 +21,8 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from optax_compat._src import base, control_flow, numerics, transform, utils
-from optax_compat._src import tree_math as tm
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 from optax_compat.tree_utils import _casting, _random, _tree_math
 
@@ -82,7 +83,7 @@ def hutchinson_estimator_diag_hessian(
     initial_key = utils.canonicalize_key(random_seed if random_seed is not None else 0)
 
     def init_fn(params: base.Params) -> HutchinsonState:
-        device = transform._device_of(params)
+        device = bb.device_of(params)
         return HutchinsonState(key=initial_key.to(device, copy=True))
 
     def update_fn(updates: base.Updates, state: HutchinsonState,
@@ -172,7 +173,7 @@ def scale_by_sophia(
     hessian_diagonal_fn = base.with_extra_args_support(hessian_diagonal_fn)
 
     def init_fn(params: base.Params) -> SophiaState:
-        return SophiaState(count=transform._zero_count(params),
+        return SophiaState(count=bb.zero_count(params),
                            mu=_tree_math.tree_zeros_like(params, dtype=mu_dtype),
                            nu=_tree_math.tree_zeros_like(params),
                            hessian_fn_state=hessian_diagonal_fn.init(params))
@@ -187,8 +188,8 @@ def scale_by_sophia(
         mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
         nus = tm.leaves_like(state.nu, spec, "state.nu", reference=updates)
 
-        mu = transform._update_moment(mus, gs, b1)
-        mu_hat = transform._debias(mu, transform._bias_correction(b1, count_inc, mu))
+        mu = bb.update_moment(mus, gs, b1)
+        mu_hat = bb.debias(mu, bb.bias_correction(b1, count_inc, mu))
         curvature = tm.maximum(tm.mul(nus, tm.scalar_like(gamma, nus)), tm.scalar_like(eps, nus))
         scaled = tm.div(mu_hat, curvature)
         if clip_threshold is not None:
@@ -206,7 +207,7 @@ def scale_by_sophia(
                 **control_flow.without_inplace(hess_fn_kwargs))
             estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
                                        reference=updates)
-            return hessian_fn_state, transform._update_moment(nus, estimates, b2)
+            return hessian_fn_state, bb.update_moment(nus, estimates, b2)
 
         hessian_fn_state, nu = control_flow.cond(
             torch.remainder(state.count, update_interval) == 0, estimate_hessian_diagonal,

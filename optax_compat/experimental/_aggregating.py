@@ -14,8 +14,9 @@ from typing import Any, NamedTuple, Optional, Protocol, Union
 
 import torch
 
-from optax_compat._src import base, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _combining
 from optax_compat.tree_utils import _state_utils
 
@@ -196,7 +197,7 @@ def accumulate_avg_updates(accumulation_steps: int) -> base.GradientTransformati
         return base.identity()
 
     def init_fn(params: base.Params) -> AccumulateAvgUpdatesState:
-        micro_step = transform._zero_count(params)
+        micro_step = bb.zero_count(params)
         return AccumulateAvgUpdatesState(micro_step=micro_step, ready=_false_like(micro_step),
                                          avg_grad=tm.tree_map(torch.zeros_like, params))
 
@@ -325,7 +326,7 @@ def get_per_element_mean_and_sum_sq_diff_grads(
         return Aggregator(base.init_empty_state, compute_avg_and_sum_sq_diff)
 
     def init_fn(params: base.Params) -> PerElementMeanAndSumSqDiffGradsState:
-        micro_step = transform._zero_count(params)
+        micro_step = bb.zero_count(params)
         return PerElementMeanAndSumSqDiffGradsState(
             micro_step=micro_step, ready=_false_like(micro_step),
             mean_grads=tm.tree_map(torch.zeros_like, params),
@@ -394,7 +395,7 @@ def track_per_element_mean_and_variance_with_ema(
     """
 
     def init_fn(params: base.Params) -> PerElementMeanAndVarianceEMAState:
-        count = transform._zero_count(params)
+        count = bb.zero_count(params)
         decay = (ema_decay if isinstance(ema_decay, torch.Tensor) else torch.tensor(
             ema_decay, dtype=tm.widest_real_dtype(tm.leaves(params)), device=count.device))
         return PerElementMeanAndVarianceEMAState(

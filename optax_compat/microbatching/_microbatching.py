@@ -18,7 +18,7 @@ import optree
 import torch
 
 from optax_compat._src import base
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 AccumulatorTree = Any
 Function = Callable[..., Any]

@@ -11,8 +11,8 @@ from typing import Any, Union
 
 import torch
 
-from optax_compat._src import tree_math as tm
 from optax_compat._src import utils
+from optax_compat._src.building_blocks import tree_math as tm
 
 DTypeLike = Union[torch.dtype, type]
 

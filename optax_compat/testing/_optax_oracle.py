@@ -11,7 +11,7 @@ import numpy as np
 import optree
 import torch
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing._asserts import (
     ATOL,
     RTOL,

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from optax_compat._src import base, tree_math
+from optax_compat._src import base
+from optax_compat._src.building_blocks import tree_math
 from optax_compat._src.update import apply_updates
 from optax_compat.testing._asserts import ATOL, RTOL, assert_trees_all_close, leaves_with_paths
 from optax_compat.testing._steps import (

@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 
 CONTAINER_KINDS = ("dict", "list", "tuple", "namedtuple")
 DEFAULT_DTYPES = (torch.float32, torch.float64)

@@ -8,8 +8,9 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from optax_compat._src import base, control_flow, numerics, transform
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, control_flow, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting, _tree_math
 
 
@@ -105,7 +106,7 @@ def ema(
     """
 
     def init_fn(params: base.Params) -> EmaState:
-        return EmaState(count=transform._zero_count(params),
+        return EmaState(count=bb.zero_count(params),
                         ema=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
 
     def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None):

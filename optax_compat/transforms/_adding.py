@@ -7,8 +7,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from optax_compat._src import base, numerics, transform, utils
-from optax_compat._src import tree_math as tm
+from optax_compat._src import base, numerics, utils
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _masking
 from optax_compat.tree_utils import _random, _tree_math
 
@@ -40,7 +41,7 @@ def add_decayed_weights(
 
     def init_fn(params: base.Params) -> WeightDecaySchedule | base.EmptyState:
         if is_schedule:
-            return WeightDecaySchedule(count=transform._zero_count(params))
+            return WeightDecaySchedule(count=bb.zero_count(params))
         return base.EmptyState()
 
     def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
@@ -50,7 +51,7 @@ def add_decayed_weights(
             raise ValueError(f"add_decayed_weights: {base.NO_PARAMS_MSG}")
         new_state = (WeightDecaySchedule(numerics.safe_increment(state.count)) if is_schedule
                      else state)
-        if tm.is_zero(weight_decay):
+        if bb.is_zero(weight_decay):
             return updates, new_state
         rate = weight_decay(state.count) if is_schedule else weight_decay
         grads, spec = tm.flatten(updates)
@@ -102,7 +103,7 @@ def add_noise(
     initial_key = utils.initial_key(key, seed, "add_noise")
 
     def init_fn(params: base.Params) -> AddNoiseState:
-        count = transform._zero_count(params)
+        count = bb.zero_count(params)
         return AddNoiseState(count=count, rng_key=initial_key.to(count.device, copy=True))
 
     def update_fn(updates: base.Updates, state: AddNoiseState,

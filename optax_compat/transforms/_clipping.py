@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from optax_compat._src import base, numerics
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = float | torch.Tensor
 Axis = int | tuple[int, ...] | None

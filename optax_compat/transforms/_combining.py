@@ -6,7 +6,8 @@ import collections
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
-from optax_compat._src import base, tree_math
+from optax_compat._src import base
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms import _masking
 
 

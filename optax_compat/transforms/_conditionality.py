@@ -11,7 +11,8 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from optax_compat._src import base, control_flow, numerics, tree_math
+from optax_compat._src import base, control_flow, numerics
+from optax_compat._src.building_blocks import tree_math
 
 
 class ConditionFn(Protocol):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from optax_compat._src import base, tree_math
+from optax_compat._src import base
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.tree_utils import _state_utils
 
 MaskOrFn = base.PyTree | Callable[[base.Params], base.PyTree]

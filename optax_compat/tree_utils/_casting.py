@@ -8,7 +8,7 @@ from typing import Any, Optional, TypeVar
 import optree
 import torch
 
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from typing import Any, Optional, Protocol, Union, runtime_checkable
 import optree
 
 from optax_compat._src import base
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Arithmetic on pytrees (mirrors ``optax/tree_utils/_tree_math.py``).
 
 Each function flattens its trees once and does the arithmetic with one ``torch._foreach_*``
-call per operation through :mod:`optax_compat._src.tree_math`.
+call per operation through :mod:`optax_compat._src.building_blocks.tree_math`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = Union[float, int, torch.Tensor]
 

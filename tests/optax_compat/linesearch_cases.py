@@ -18,7 +18,7 @@ import torch
 
 from optax_compat import apply_updates
 from optax_compat._src import linesearch
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 from tests.helpers import assert_close, assert_same_state_types, jax_precision, to_jax, to_torch
 
 

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 
 import optax_compat as ox
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import strategies
 from tests.helpers import compare_with_optax, make_tree
 from tests.optax_compat.combinator_cases import (

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.experimental import aggregating
 from tests.helpers import assert_close, compare_with_optax, jax_precision, jit_optax, make_tree
 

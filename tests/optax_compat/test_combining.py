@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optax_compat as ox
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import strategies
 from tests.helpers import compare_with_optax, make_tree
 from tests.optax_compat.combinator_cases import (

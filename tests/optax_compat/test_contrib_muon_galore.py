@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src import tree_math as tm
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.contrib import _galore, _muon
 from tests import helpers
 from tests.helpers import (

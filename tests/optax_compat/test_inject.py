@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optax_compat as ox
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import strategies
 from tests.helpers import assert_close, compare_with_optax, jax_precision, make_tree, to_jax
 from tests.optax_compat.combinator_cases import assert_same_runs, jitted

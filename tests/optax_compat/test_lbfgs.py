@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from optax_compat import apply_updates
-from optax_compat._src import alias, base, lbfgs, linesearch, tree_math
+from optax_compat._src import alias, base, lbfgs, linesearch
+from optax_compat._src.building_blocks import tree_math
 from tests.helpers import compare_with_optax, jax_precision, jit_optax, make_tree
 from tests.optax_compat.linesearch_cases import PROBLEMS, run_against_optax
 

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import optax_compat
-from optax_compat._src import base, tree_math
+from optax_compat._src import base
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import (
     assert_tree_structure_equal,
     assert_trees_all_close,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchopt_fn as torchopt
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn import _graph_tags
 
 ALIASES = {

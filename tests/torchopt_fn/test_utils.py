@@ -36,7 +36,7 @@ def test_reference_extraction_restores_params_buffers_and_optimizer_state_exactl
     assert not all(torch.equal(b, c) for b, c in zip(net.buffers(), original_buffers,
                                                      strict=True))
     restored = optimizer.state_dict()
-    from optax_compat._src import tree_math
+    from optax_compat._src.building_blocks import tree_math
     for a, b in zip(tree_math.leaves(restored), tree_math.leaves(optimizer_state), strict=True):
         assert a is b
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn.base import EmptyState, GradientTransformation, identity
 from torchopt_fn.transform import scale, scale_by_schedule

@@ -9,7 +9,7 @@ import optree
 import torch
 
 import optax_compat._src.base as optax_base
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.base import GradientTransformation, UninitializedState
 from torchopt_fn.optim import _state_dict
 from torchopt_fn.transform.utils import from_optax

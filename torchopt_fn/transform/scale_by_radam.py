@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src import numerics, tree_math
+from optax_compat._src import numerics
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import moment_leaves, with_moment_requires_grad
 from torchopt_fn.typing import OptState, Params, Updates

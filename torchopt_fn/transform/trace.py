@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src import numerics, tree_math
+from optax_compat._src import numerics
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms import _accumulation
 from torchopt_fn.base import GradientTransformation, identity
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad

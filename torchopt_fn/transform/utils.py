@@ -16,7 +16,7 @@ import optree
 import torch
 
 import optax_compat._src.base as optax_base
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms._combining import chain as optax_chain
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.typing import OptState, Params, Updates

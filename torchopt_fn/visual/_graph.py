@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import Node
 
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.typing import TensorTree
 from torchopt_fn.visual._autograd import (
     FREED,

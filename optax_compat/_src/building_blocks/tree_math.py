@@ -9,7 +9,8 @@ per operation for the whole tree), and unflattens once at the end.
 Conventions:
 
 * Pytrees are optree's with ``None`` not a leaf (Optax's convention) and sorted dict keys.
-* Every function is pure: it returns new tensors and never writes into its arguments.
+* Functions without a trailing underscore are pure: they return new tensors and never write
+  into their arguments; those ending in ``_`` write into their first argument (in-place paths).
 * A "scalar" may be a Python number, a 0-d tensor (a schedule value, a hyperparameter that
   requires grad for meta-learning) or a list with one value per leaf. A 0-d tensor does not
   promote the dtype of the leaves, as in JAX's weak typing.
@@ -23,6 +24,8 @@ from typing import Any, Union
 
 import optree
 import torch
+
+from optax_compat._src.building_blocks.numbers import is_one
 
 Leaves = list[torch.Tensor]
 Scalar = Union[float, int, torch.Tensor]
@@ -126,16 +129,6 @@ def _operand(scalar: ScalarOrLeaves, xs: Leaves) -> Any:
     if scalar.requires_grad:
         return [scalar] * len(xs)
     return scalar
-
-
-def is_zero(scalar: Any) -> bool:
-    """Whether ``scalar`` is a Python number equal to zero (tensors are never treated as zero)."""
-    return isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar == 0
-
-
-def is_one(scalar: Any) -> bool:
-    """Whether ``scalar`` is a Python number equal to one."""
-    return isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar == 1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,7 +352,7 @@ def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
 
 def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
     """Whether the two lists hold leaves of equal dtypes, pairwise (in-place paths need it)."""
-    return all(x.dtype == y.dtype for x, y in zip(xs, ys, strict=True))
+    return [x.dtype for x in xs] == [y.dtype for y in ys]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""Moving averages and their bias corrections, shared by Adam and its relatives.
+
+Optax's ``tree.update_moment``/``bias_correction`` written over lists of leaves, with JAX's
+rounding: a decay is rounded to each operand's dtype, and a correction ``1 - decay ** t`` is
+formed in the widest precision of the leaves before being cast to each leaf's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from optax_compat._src import numerics
+from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._src.building_blocks.numbers import is_number, is_zero
+
+Scalar = tm.Scalar
+
+
+def update_moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
+    """``(1 - decay) * value + decay * moment`` per leaf (Optax's ``tree.update_moment``).
+
+    With a moment of another dtype than the values (``mu_dtype``) each product is computed in
+    its operand's dtype, ``decay`` being first rounded to it, as JAX does with a weakly typed
+    Python ``decay``; the sum then promotes. A tensor ``decay`` (a schedule's or an injected
+    hyperparameter's value) is rounded to each operand's dtype before ``1 - decay`` is taken,
+    as JAX multiplies an array in the operand's dtype.
+    """
+    if isinstance(decay, torch.Tensor):
+        return tm.ema_in_dtypes(moments, values, decay)
+    if tm.same_dtypes(moments, values):
+        return tm.ema(moments, values, decay)
+    weak_decay = torch.as_tensor(decay, dtype=torch.float64) if is_number(decay) else decay
+    return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, tm.scalar_like(weak_decay, moments)))
+
+
+def bias_correction(decay: Scalar, count: torch.Tensor, xs: tm.Leaves) -> torch.Tensor:
+    """``1 - decay ** count`` as a 0-d tensor in the widest precision of the leaves ``xs``.
+
+    Optax evaluates it with JAX's default float (float32, or float64 under x64) before
+    casting to each moment's dtype: a low-precision power would round to one.
+    """
+    return 1 - decay ** count.to(tm.widest_real_dtype(xs))
+
+
+def debias(xs: tm.Leaves, correction: torch.Tensor) -> tm.Leaves:
+    """``x / correction`` with the correction cast to each leaf's dtype, as Optax does."""
+    return tm.div(xs, tm.scalar_like(correction, xs))
+
+
+def first_moment(mus: tm.Leaves, updates: tm.Leaves, b1: Scalar, count_inc: torch.Tensor,
+                 nesterov: bool) -> tm.Leaves:
+    """Adam's bias-corrected first moment, with or without Nesterov's look-ahead.
+
+    With ``nesterov`` it is ``b1 * m_hat(t + 1) + (1 - b1) * g_hat(t)`` (Dozat, 2016).
+    """
+    if not nesterov:
+        return debias(mus, bias_correction(b1, count_inc, mus))
+    next_correction = bias_correction(b1, numerics.safe_increment(count_inc), mus)
+    correction = bias_correction(b1, count_inc, updates)
+    return tm.add(tm.mul(debias(mus, next_correction), b1),
+                  tm.mul(debias(updates, correction), 1 - b1))
+
+
+def adam_ratio(mu_hats: tm.Leaves, nu_hats: tm.Leaves, eps: Scalar,
+               eps_root: Scalar) -> tm.Leaves:
+    """``m / (sqrt(v + eps_root) + eps)`` per leaf, Adam's direction from corrected moments."""
+    if not is_zero(eps_root):
+        nu_hats = tm.add(nu_hats, eps_root)
+    return tm.div(mu_hats, tm.add(tm.sqrt(nu_hats), eps))
