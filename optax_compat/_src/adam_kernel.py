@@ -69,6 +69,8 @@ def with_kernel_step(chain: base.GradientTransformationExtraArgs,
       A transformation with ``chain``'s ``init`` and state, and the same updates.
     """
 
+    @bb.supports_inplace
+
     def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, Any]:
         if not extra_args.get("inplace", False):

@@ -12,12 +12,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math
-
-NO_PARAMS_MSG = (
-    "You are using a transformation that requires the current value of parameters, but you "
-    "are not passing `params` when calling `update`."
-)
+from optax_compat._src.building_blocks import inplace, tree_math
 
 PyTree = Any
 Shape = Sequence[int]
@@ -82,9 +77,19 @@ class GradientTransformation(NamedTuple):
 
 
 class GradientTransformationExtraArgs(GradientTransformation):
-    """A :class:`GradientTransformation` whose ``update`` accepts extra keyword arguments."""
+    """A :class:`GradientTransformation` whose ``update`` accepts extra keyword arguments.
+
+    The extra argument ``inplace`` reaches ``update`` only if ``update`` declares that it
+    supports it (see :mod:`optax_compat._src.building_blocks.inplace`); otherwise it is dropped
+    at the entry, so a wrapper that keeps an old state never passes the request on.
+    """
 
     update: TransformUpdateExtraArgsFn
+
+    def __new__(cls, init: TransformInitFn,
+                update: TransformUpdateExtraArgsFn) -> GradientTransformationExtraArgs:
+        """Builds the pair, guarding ``update`` against in-place requests it does not declare."""
+        return super().__new__(cls, init, inplace.without_inplace_request(update))
 
 
 class EmptyState(NamedTuple):

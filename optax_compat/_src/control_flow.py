@@ -9,7 +9,7 @@ leaf is picked with ``torch.where``. A Python ``bool`` predicate is static: only
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -61,15 +61,3 @@ def cond(pred: torch.Tensor | bool, true_fn: Callable[[], T], false_fn: Callable
     if not isinstance(pred, torch.Tensor):
         return true_fn() if pred else false_fn()
     return select_tree(pred, true_fn(), false_fn())
-
-
-def without_inplace(extra_args: Mapping[str, Any]) -> dict[str, Any]:
-    """``extra_args`` with any ``inplace=True`` request turned off.
-
-    A wrapper that computes an inner update and may then keep the *old* inner state (selected
-    with :func:`select_tree`) needs that old state intact, so the inner transformation must not
-    write into its buffers.
-    """
-    if extra_args.get("inplace", False):
-        return {**extra_args, "inplace": False}
-    return dict(extra_args)

@@ -96,6 +96,8 @@ def scale(step_size: Scalar) -> base.GradientTransformationExtraArgs:
       A stateless transformation; its ``update`` accepts ``inplace``.
     """
 
+    @bb.supports_inplace
+
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -130,6 +132,8 @@ def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformatio
 
     def init_fn(params):
         return ScaleByScheduleState(count=bb.zero_count(params))
+
+    @bb.supports_inplace
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -174,6 +178,8 @@ def scale_by_sign() -> base.GradientTransformationExtraArgs:
       A stateless transformation; its ``update`` accepts ``inplace``.
     """
 
+    @bb.supports_inplace
+
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -210,6 +216,8 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
 
     def init_fn(params):
         return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
+
+    @bb.supports_inplace
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -294,6 +302,8 @@ def scale_by_rms(
             return ScaleByRmsWithCountState(count=bb.zero_count(params), nu=nu)
         return ScaleByRmsState(nu=nu)
 
+    @bb.supports_inplace
+
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -359,6 +369,8 @@ def scale_by_stddev(
         if bias_correction:
             return ScaleByRStdDevWithCountState(count=bb.zero_count(params), mu=mu, nu=nu)
         return ScaleByRStdDevState(mu=mu, nu=nu)
+
+    @bb.supports_inplace
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -468,6 +480,8 @@ def scale_by_adam(
         return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
                                 nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -576,6 +590,8 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
         return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params),
                                 nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -642,6 +658,8 @@ def scale_by_lion(
 
     def init_fn(params):
         return ScaleByLionState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype))
+
+    @bb.supports_inplace
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -799,6 +817,8 @@ def scale_by_radam(
         return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params),
                                 nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -849,6 +869,8 @@ def scale_by_adadelta(rho: Scalar = 0.9,
 
     def init_fn(params):
         return ScaleByAdaDeltaState(e_g=bb.zeros(params), e_x=bb.zeros(params))
+
+    @bb.supports_inplace
 
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args

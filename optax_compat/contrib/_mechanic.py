@@ -97,7 +97,7 @@ def mechanize(
         # The raw gradients are read again below: the base optimizer must not overwrite them.
         base_updates, base_state = base_optimizer.update(
             updates, state.base_optimizer_state, params,
-            **control_flow.without_inplace(extra_args))
+            **extra_args)
         gs, spec = tm.float_leaves(updates)
         ps = tm.leaves_like(params, spec, "params", reference=updates)
         base_steps = tm.leaves_like(base_updates, spec, "the base optimizer's updates",

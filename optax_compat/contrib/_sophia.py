@@ -204,7 +204,7 @@ def scale_by_sophia(
             # Off the update interval the old estimator state is kept: it must stay intact.
             diagonal, hessian_fn_state = hessian_diagonal_fn.update(
                 updates, state.hessian_fn_state, params=params,
-                **control_flow.without_inplace(hess_fn_kwargs))
+                **hess_fn_kwargs)
             estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
                                        reference=updates)
             return hessian_fn_state, bb.update_moment(nus, estimates, b2)

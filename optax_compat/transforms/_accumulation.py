@@ -62,6 +62,8 @@ def trace(
     def init_fn(params: base.Params) -> TraceState:
         return TraceState(trace=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
 
+    @bb.supports_inplace
+
     def update_fn(updates: base.Updates, state: TraceState, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):
         del params, extra_args
@@ -254,6 +256,8 @@ class MultiSteps:
           TypeError: if ``every_k_schedule`` is neither an int nor callable.
         """
         self._opt = base.with_extra_args_support(opt)
+        # A skipped or accumulating mini-step keeps the old inner state: never update in place.
+        self.update = bb.without_inplace_request(self.update)
         is_int = (isinstance(every_k_schedule, numbers.Integral)
                   and not isinstance(every_k_schedule, bool))
         if not (is_int or callable(every_k_schedule)):
@@ -317,7 +321,7 @@ class MultiSteps:
         accumulated = self._accumulate(grads, accumulated, state.mini_step)
         inner_updates, new_inner_state = self._opt.update(
             tm.unflatten(spec, [a.to(g.dtype) for a, g in zip(accumulated, grads, strict=True)]),
-            state.inner_opt_state, params=params, **control_flow.without_inplace(extra_args))
+            state.inner_opt_state, params=params, **extra_args)
 
         emit = state.mini_step == (k_steps - 1)
         # Optax multiplies by the 0/1 emit flag rather than selecting, so a non-finite value

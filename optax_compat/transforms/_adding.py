@@ -44,6 +44,8 @@ def add_decayed_weights(
             return WeightDecaySchedule(count=bb.zero_count(params))
         return base.EmptyState()
 
+    @bb.supports_inplace
+
     def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):
         del extra_args

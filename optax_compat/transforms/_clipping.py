@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = float | torch.Tensor
@@ -32,6 +33,8 @@ def clip(max_delta: Scalar) -> base.GradientTransformationExtraArgs:
       keyword-only ``inplace=False``: when true the incoming ``updates`` tensors are clipped in
       place (same numbers as the pure path).
     """
+
+    @bb.supports_inplace
 
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None, *, inplace: bool = False,
@@ -88,6 +91,8 @@ def clip_by_global_norm(max_norm: Scalar) -> base.GradientTransformationExtraArg
       Pascanu et al., `On the difficulty of training Recurrent Neural Networks
       <https://arxiv.org/abs/1211.5063>`_, 2012
     """
+
+    @bb.supports_inplace
 
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None, *, inplace: bool = False,

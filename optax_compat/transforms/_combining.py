@@ -7,6 +7,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms import _masking
 
@@ -15,8 +16,9 @@ def chain(*args: base.GradientTransformation) -> base.GradientTransformationExtr
     """Applies transformations one after the other.
 
     The state is the tuple of the inner states. Keyword extra arguments given to ``update``
-    (``value=``, ``inplace=``, ...) are passed to every inner transformation that accepts extra
-    arguments; the others are wrapped with :func:`with_extra_args_support` and ignore them.
+    (``value=``, ...) are passed to every inner transformation that accepts extra arguments;
+    the others are wrapped with :func:`with_extra_args_support` and ignore them. ``inplace=True``
+    reaches only the inner transformations that declare in-place support.
 
     Args:
       *args: the transformations, in the order they are applied.
@@ -31,6 +33,8 @@ def chain(*args: base.GradientTransformation) -> base.GradientTransformationExtr
 
     def init_fn(params: base.Params) -> tuple[base.OptState, ...]:
         return tuple(t.init(params) for t in transforms)
+
+    @bb.supports_inplace
 
     def update_fn(updates: base.Updates, state: tuple[base.OptState, ...],
                   params: base.Params | None = None,
@@ -71,6 +75,8 @@ def named_chain(
 
     def init_fn(params: base.Params) -> collections.OrderedDict:
         return collections.OrderedDict((name, t.init(params)) for name, t in transforms)
+
+    @bb.supports_inplace
 
     def update_fn(updates: base.Updates, state: Mapping[str, base.OptState],
                   params: base.Params | None = None,
@@ -140,6 +146,8 @@ def partition(
                 f"Labels without a transformation: {missing}")
         return PartitionState({group: t.init(params)
                                for group, t in masked_by_label(labels).items()})
+
+    @bb.supports_inplace
 
     def update_fn(updates: base.Updates, state: PartitionState,
                   params: base.Params | None = None,

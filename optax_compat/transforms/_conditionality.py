@@ -74,7 +74,7 @@ def conditionally_transform(
         new_updates, new_inner_state = control_flow.cond(
             should_transform_fn(state.step, **condition_kwargs),
             lambda: inner.update(updates, state.inner_state, params,
-                                 **control_flow.without_inplace(extra_args)),
+                                 **extra_args),
             lambda: (updates, state.inner_state))
         return new_updates, ConditionallyTransformState(
             new_inner_state, numerics.safe_increment(state.step))
@@ -121,7 +121,7 @@ def conditionally_mask(
         new_updates, new_inner_state = control_flow.cond(
             should_transform_fn(state.step, **condition_kwargs),
             lambda: inner.update(updates, state.inner_state, params,
-                                 **control_flow.without_inplace(extra_args)),
+                                 **extra_args),
             lambda: (_zeros_like_tree(updates), state.inner_state))
         return new_updates, ConditionallyMaskState(
             step=numerics.safe_increment(state.step), inner_state=new_inner_state)
@@ -186,7 +186,7 @@ def apply_if_finite(
         new_updates, new_inner_state = control_flow.cond(
             isfinite | (notfinite_count > max_consecutive_errors),
             lambda: inner.update(updates, state.inner_state, params,
-                                 **control_flow.without_inplace(extra_args)),
+                                 **extra_args),
             lambda: (_zeros_like_tree(updates), state.inner_state))
         return new_updates, ApplyIfFiniteState(
             notfinite_count=notfinite_count, last_finite=isfinite,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.tree_utils import _state_utils
 
@@ -87,6 +88,8 @@ def masked(
             return MaskedState(inner_state=inner.init(params))
         mask_tree = _mask_tree_for(mask, params)
         return MaskedState(inner_state=inner.init(_mask_out(params, mask_tree)))
+
+    @bb.supports_inplace
 
     def update_fn(updates: base.Updates, state: MaskedState,
                   params: base.Params | None = None,

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optax_compat as ox
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import strategies
 from tests.helpers import compare_with_optax, make_tree
@@ -91,11 +92,13 @@ def test_partition_label_tree_mismatch_names_the_path():
         ox.partition({"a": ox.trace(0.9)}, labels).init(make_tree())
 
 
-def _extra_args_recorder(received):
+def _extra_args_recorder(received, declares_inplace=True):
     def update_fn(updates, state, params=None, **extra_args):
         received.append(extra_args)
         return updates, state
 
+    if declares_inplace:
+        update_fn = bb.supports_inplace(update_fn)
     return ox.GradientTransformationExtraArgs(ox.init_empty_state, update_fn)
 
 
@@ -119,6 +122,21 @@ def test_extra_args_reach_inner_transforms_that_take_them(combinator):
     for extra_args in received:
         assert set(extra_args) == {"value", "inplace"}
         assert extra_args["inplace"] is True
+
+
+@pytest.mark.parametrize("combinator", ["chain", "named_chain", "masked"])
+def test_inplace_requests_stop_at_transforms_that_do_not_declare_them(combinator):
+    received = []
+    recorder = _extra_args_recorder(received, declares_inplace=False)
+    tx = {
+        "chain": lambda: ox.chain(recorder),
+        "named_chain": lambda: ox.named_chain(("r", recorder)),
+        "masked": lambda: ox.masked(recorder, {"bias": True, "layer": True, "pair": False,
+                                               "empty": None}),
+    }[combinator]()
+    params = make_tree()
+    tx.update(make_tree(seed=1), tx.init(params), params, value=torch.tensor(3.0), inplace=True)
+    assert [set(extra_args) for extra_args in received] == [{"value"}]
 
 
 def test_chain_forwards_inplace_with_the_numbers_of_the_pure_path():

@@ -16,6 +16,7 @@ import optree
 import torch
 
 import optax_compat._src.base as optax_base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms._combining import chain as optax_chain
 from torchopt_fn.base import GradientTransformation
@@ -63,6 +64,7 @@ def to_optax(tx: GradientTransformation) -> optax_base.GradientTransformationExt
     extra arguments are ignored.
     """
 
+    @bb.supports_inplace
     def update_fn(updates: Updates, state: OptState, params: Params | None = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:
         return tx.update(updates, state, params=params, inplace=extra_args.get("inplace", True))

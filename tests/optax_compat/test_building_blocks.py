@@ -1,0 +1,53 @@
+"""Building-block contracts: in-place requests reach only transformations that declare them."""
+
+import torch
+
+import optax_compat as optax
+from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
+
+
+def _params():
+    return {"w": torch.ones(3), "b": torch.zeros(2)}
+
+
+def _grads():
+    return {"w": torch.full((3,), 0.5), "b": torch.full((2,), -1.0)}
+
+
+def test_a_wrapper_that_forwards_extra_args_never_passes_an_inplace_request_on():
+    inner = optax.adam(0.1)
+
+    def init(params):
+        return inner.init(params)
+
+    def update(updates, state, params=None, **extra_args):
+        # A careless wrapper: forwards everything, then keeps the old state.
+        inner.update(updates, state, params, **extra_args)
+        return updates, state
+
+    careless = base.GradientTransformationExtraArgs(init, update)
+    state = careless.init(_params())
+    before = [t.clone() for t in bb.tree_math.leaves(state)]
+    careless.update(_grads(), state, _params(), inplace=True)
+    for old, now in zip(before, bb.tree_math.leaves(state)):
+        torch.testing.assert_close(now, old, rtol=0, atol=0)
+
+
+def test_chain_forwards_inplace_to_declaring_transforms_only():
+    tx = optax.chain(optax.apply_if_finite(optax.adam(0.1), 3), optax.scale_by_adam())
+    state = tx.init(_params())
+    finite_state = state[0]
+    before = [t.clone() for t in bb.tree_math.leaves(finite_state)]
+    _, new_state = tx.update(_grads(), state, _params(), inplace=True)
+    for old, now in zip(before, bb.tree_math.leaves(finite_state)):
+        torch.testing.assert_close(now, old, rtol=0, atol=0)
+    # scale_by_adam declares support: its buffers were advanced in place.
+    assert new_state[1].mu["w"] is state[1].mu["w"]
+
+
+def test_declarations():
+    assert bb.declares_inplace(optax.scale_by_adam().update)
+    assert bb.declares_inplace(optax.chain(optax.sgd(0.1)).update)
+    assert not bb.declares_inplace(optax.apply_if_finite(optax.sgd(0.1), 2).update)
+    assert not bb.declares_inplace(optax.MultiSteps(optax.sgd(0.1), 2).update)
