@@ -4,6 +4,8 @@ Names, module paths, signatures and NamedTuple states follow Optax 0.2.8; the ar
 on ``torch._foreach_*`` kernels over optree-flattened leaves.
 """
 
+__version__ = "0.1.0"
+
 from optax_compat import schedules, tree, tree_utils
 
 # Transforms and aliases (issue 3) -------------------------------------------------------------

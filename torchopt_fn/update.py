@@ -43,7 +43,8 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
         update_leaves = spec.flatten_up_to(updates)
     except ValueError:
         raise ValueError("The structure of updates does not match the params: "
-                         f"{tree_math.first_difference(params, updates)}.") from None
+                         + tree_math.first_difference(params, updates, 'params', 'updates')
+                         + ".") from None
     # As in TorchOpt, a ``None`` update leaves its parameter unchanged.
     indices = [i for i, u in enumerate(update_leaves) if u is not None]
     targets = [param_leaves[i] for i in indices]

@@ -12,7 +12,10 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
+from optax_compat._src import building_blocks
 from optax_compat._src.building_blocks import inplace, tree_math
+
+NO_PARAMS_MSG = building_blocks.NO_PARAMS_MSG
 
 PyTree = Any
 Shape = Sequence[int]
@@ -98,7 +101,7 @@ class EmptyState(NamedTuple):
 
 def init_empty_state(params: Params) -> EmptyState:
     """An ``init`` function for stateless transformations."""
-    del params
+    tree_math.check_is_tree(params)
     return EmptyState()
 
 

@@ -163,6 +163,7 @@ def scale_by_learning_rate(
       :func:`scale` or :func:`scale_by_schedule` (the identity for ``None``); ``update``
       accepts ``inplace``.
     """
+    bb.check_hyperparameter("learning_rate", learning_rate)
     if learning_rate is None:
         return base.with_extra_args_support(base.identity())
     sign = -1 if flip_sign else 1

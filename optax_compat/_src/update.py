@@ -22,7 +22,10 @@ def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:
       ValueError: if the trees differ in structure (naming the first differing path).
     """
     param_leaves, spec = tree_math.flatten(params)
-    update_leaves = tree_math.leaves_like(updates, spec, "updates", reference=params)
+    update_leaves, update_spec = tree_math.flatten(updates)
+    if update_spec != spec:
+        raise ValueError("The structure of updates does not match the params: "
+                         f"{tree_math.first_difference(params, updates, 'params', 'updates')}.")
     new = tree_math.add(param_leaves, update_leaves)
     return tree_math.unflatten(spec, [n if n.dtype == p.dtype else n.to(p.dtype)
                                       for n, p in zip(new, param_leaves)])

@@ -45,7 +45,7 @@ def assert_tree_structure_equal(expected: Any, actual: Any, what: str = "tree") 
     """
     if tree_math.treespec(expected) != tree_math.treespec(actual):
         raise AssertionError(f"The structure of {what} differs from the expected one: "
-                             f"{tree_math.first_difference(expected, actual)}.")
+                             f"{tree_math.first_difference(expected, actual, 'expected', what)}.")
 
 
 def assert_trees_all_close(actual: Any, expected: Any, rtol: float | None = None,
@@ -68,7 +68,7 @@ def assert_trees_all_close(actual: Any, expected: Any, rtol: float | None = None
     actual_leaves, expected_leaves = leaves_with_paths(actual), leaves_with_paths(expected)
     if [p for p, _ in actual_leaves] != [p for p, _ in expected_leaves]:
         raise AssertionError(f"The structure of {what} differs from the expected one: "
-                             f"{tree_math.first_difference(expected, actual)}.")
+                             f"{tree_math.first_difference(expected, actual, 'expected', what)}.")
     for (path, mine), (_, reference) in zip(actual_leaves, expected_leaves, strict=True):
         mine_t, reference_t = as_tensor(mine), as_tensor(reference)
         if mine_t.shape != reference_t.shape:

@@ -116,7 +116,9 @@ def check_state_stable(tx: base.GradientTransformation, params: Any, grads: Grad
                                       extra_args_at(extra_args, step))
         where = f"The state after update {step + 1} differs from the initial state"
         if tree_math.treespec(state) != tree_math.treespec(initial):
-            raise AssertionError(f"{where}: {tree_math.first_difference(initial, state)}.")
+            difference = tree_math.first_difference(initial, state, 'the initial state',
+                                                    'the state')
+            raise AssertionError(f"{where}: {difference}.")
         for (path, before), (_, after) in zip(expected, leaves_with_paths(state), strict=True):
             if _leaf_signature(before) != _leaf_signature(after):
                 raise AssertionError(f"{where} at {path}: {_leaf_signature(before)} became "

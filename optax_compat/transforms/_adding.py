@@ -37,6 +37,7 @@ def add_decayed_weights(
       ``inplace=False``: when true the result is written into the incoming ``updates``
       tensors (same numbers as the pure path).
     """
+    bb.check_hyperparameter("weight_decay", weight_decay)
     is_schedule = callable(weight_decay)
 
     def init_fn(params: base.Params) -> WeightDecaySchedule | base.EmptyState:

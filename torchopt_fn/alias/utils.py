@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn.base import EmptyState, GradientTransformation, identity
@@ -15,7 +16,9 @@ __all__ = ["flip_sign_and_add_weight_decay", "scale_by_neg_lr", "tag_alias_steps
 
 
 def check_learning_rate(lr: ScalarOrSchedule) -> None:
-    """Raises ``ValueError`` for a negative constant learning rate."""
+    """Raises ``TypeError`` for a learning rate that is not a number, tensor or schedule, and
+    ``ValueError`` for a negative constant one."""
+    bb.check_hyperparameter("lr", lr)
     if not (callable(lr) or lr >= 0.0):
         raise ValueError(f"Invalid learning rate: {lr}")
 

@@ -7,7 +7,10 @@ kernel that takes a Python float) apply only to plain numbers, decided here in o
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
+
+import torch
 
 
 def is_number(value: Any) -> bool:
@@ -23,3 +26,18 @@ def is_zero(value: Any) -> bool:
 def is_one(value: Any) -> bool:
     """Whether ``value`` is a Python number equal to one."""
     return is_number(value) and value == 1
+
+
+def check_hyperparameter(name: str, value: Any) -> None:
+    """Raises ``TypeError`` naming ``name`` unless ``value`` can be a hyper-parameter.
+
+    Accepted: ``None``, real numbers (Python or NumPy), tensors and callables (schedules).
+    Called when a transformation is built, so that a string such as ``"1e-3"`` fails there
+    rather than deep inside the first ``update``.
+    """
+    if value is None or callable(value) or isinstance(value, torch.Tensor):
+        return
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return
+    raise TypeError(f"{name} must be a number, a tensor or a schedule (a function of the step "
+                    f"count), got {type(value).__name__} {value!r}.")

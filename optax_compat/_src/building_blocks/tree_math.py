@@ -19,7 +19,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
 import optree
@@ -35,8 +35,24 @@ NONE_IS_LEAF = False
 NAMESPACE = "optax_compat"  # sees global registrations too, plus our private node types
 
 
+def check_is_tree(tree: Any) -> None:
+    """Raises ``TypeError`` with the fix when ``tree`` is a module or a one-shot iterator.
+
+    ``tx.init(model)`` and ``tx.init(model.parameters())`` are the first thing a PyTorch user
+    tries; both would otherwise fail later, far from the cause.
+    """
+    if isinstance(tree, torch.nn.Module):
+        raise TypeError("Expected a tree of tensors, got the module "
+                        f"{type(tree).__name__}; pass dict(model.named_parameters()).")
+    if isinstance(tree, Iterator):
+        raise TypeError(f"Expected a tree of tensors, got an iterator ({type(tree).__name__}, "
+                        "e.g. model.parameters()), which can be read only once and names "
+                        "nothing; pass dict(model.named_parameters()).")
+
+
 def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
     """Flattens ``tree`` into its leaves and structure (``None`` is an empty subtree)."""
+    check_is_tree(tree)
     return optree.tree_flatten(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
 
 
@@ -47,6 +63,7 @@ def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
 
 def leaves(tree: Any) -> Leaves:
     """The leaves of ``tree`` in flattening order."""
+    check_is_tree(tree)
     return optree.tree_leaves(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
 
 
@@ -57,25 +74,41 @@ def treespec(tree: Any) -> optree.PyTreeSpec:
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Any = None) -> Any:
     """``optree.tree_map`` with this package's pytree conventions."""
+    check_is_tree(tree)
     return optree.tree_map(fn, tree, *rest, is_leaf=is_leaf, none_is_leaf=NONE_IS_LEAF,
                            namespace=NAMESPACE)
 
 
-def first_difference(expected: Any, actual: Any) -> str:
-    """Describes the first path at which two trees differ in structure, for error messages."""
+def first_difference(expected: Any, actual: Any, expected_name: str = "the expected tree",
+                     actual_name: str = "the tree") -> str:
+    """Describes how the structure of ``actual`` differs from ``expected``, for error messages.
+
+    Names the first entry ``expected`` has that ``actual`` lacks and the first entry ``actual``
+    has that ``expected`` lacks, e.g. ``"updates has no key 'b' that params has"``; when both
+    have the same paths, the node types that differ.
+    """
     expected_paths, _, expected_spec = optree.tree_flatten_with_path(
         expected, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
     actual_paths, _, actual_spec = optree.tree_flatten_with_path(
         actual, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
-    for want, got in zip(expected_paths, actual_paths):
-        if want != got:
-            return f"leaf path {_path_str(got)} where {_path_str(want)} was expected"
-    if len(expected_paths) != len(actual_paths):
-        longer = expected_paths if len(expected_paths) > len(actual_paths) else actual_paths
-        extra = longer[min(len(expected_paths), len(actual_paths))]
-        side = "missing" if longer is expected_paths else "unexpected"
-        return f"{side} leaf at path {_path_str(extra)}"
+    expected_set, actual_set = set(expected_paths), set(actual_paths)
+    missing = next((path for path in expected_paths if path not in actual_set), None)
+    extra = next((path for path in actual_paths if path not in expected_set), None)
+    differences = []
+    if missing is not None:
+        differences.append(f"{actual_name} has no {_entry(missing)} that {expected_name} has")
+    if extra is not None:
+        differences.append(f"{actual_name} has an extra {_entry(extra)}")
+    if differences:
+        return "; ".join(differences)
     return f"node types differ: {expected_spec} vs {actual_spec}"
+
+
+def _entry(path: tuple[Any, ...]) -> str:
+    """``key 'b'`` for a top-level dict key, else ``leaf at path ['a'][1]``."""
+    if len(path) == 1 and isinstance(path[0], str):
+        return f"key {path[0]!r}"
+    return f"leaf at path {_path_str(path)}"
 
 
 def _path_str(path: tuple[Any, ...]) -> str:
@@ -96,7 +129,7 @@ def leaves_like(tree: Any, spec: optree.PyTreeSpec, what: str, reference: Any = 
     """
     tree_leaves, tree_spec = flatten(tree)
     if tree_spec != spec:
-        where = (first_difference(reference, tree) if reference is not None
+        where = (first_difference(tree, reference, what, "updates") if reference is not None
                  else f"expected structure {spec}, got {tree_spec}")
         raise ValueError(f"The structure of {what} does not match the updates: {where}.")
     return tree_leaves
@@ -106,7 +139,7 @@ def check_same_structure(expected: Any, actual: Any, what: str) -> None:
     """Raises ``ValueError`` naming the first differing path if the trees' structures differ."""
     if treespec(expected) != treespec(actual):
         raise ValueError(f"The structure of {what} does not match: "
-                         f"{first_difference(expected, actual)}.")
+                         f"{first_difference(expected, actual, 'the expected tree', what)}.")
 
 
 # ----------------------------------------------------------------------------------------------
