@@ -14,7 +14,7 @@ def _params():
 def test_missing_key_in_updates_is_named():
     tx = optax.adam(0.1)
     state = tx.init(_params())
-    with pytest.raises(ValueError, match="updates has no key 'b' that state.mu has"):
+    with pytest.raises(ValueError, match=r"updates has no key 'b' that state.mu has"):
         tx.update({"a": torch.ones(2)}, state, _params())
 
 
