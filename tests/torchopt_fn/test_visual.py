@@ -361,13 +361,14 @@ def test_connected_model_has_nothing_unreached() -> None:
     assert dot.unreached == [] and not nodes_of(dot, "unreached")
 
 
-def test_frozen_parameter_is_unreached_and_says_why() -> None:
+def test_frozen_parameter_is_untracked_and_says_why() -> None:
     net = TwoTower(detach=False)
     net.encoder.weight.requires_grad_(False)
     dot = make_dot(net(torch.randn(2, 3)).sum(), net.named_parameters())
-    assert dot.unreached == ["encoder.weight"]
-    (red,) = nodes_of(dot, "unreached").values()
-    assert "requires_grad=False" in red["lines"]
+    assert dot.unreached == [] and dot.untracked == ["encoder.weight"]
+    (frozen,) = nodes_of(dot, "untracked").values()
+    assert "requires_grad=False" in frozen["lines"]
+    assert "subgraph cluster_untracked" in dot.source
 
 
 # -- large graphs ------------------------------------------------------------------------------

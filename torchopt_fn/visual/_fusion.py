@@ -149,7 +149,7 @@ def _walk_step(step: FusedStep, before: set[Node], own_leaves: frozenset[Node],
             leaf = leaf_variable(node)
             if (child in visited or node in before or child in names.by_output
                     or (leaf is not None and (node not in own_leaves
-                                              or names.leaf_name(leaf) is not None))):
+                                              or names.leaf_names(leaf)))):
                 continue
             visited.add(child)
             stack.append(child)

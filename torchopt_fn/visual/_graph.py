@@ -19,6 +19,7 @@ from torchopt_fn.visual._autograd import (
     leaf_variable,
     node_name,
     output_shape,
+    reached_outputs,
     saved_values,
     walk,
 )
@@ -36,6 +37,7 @@ NODE_STYLES: dict[str, dict[str, str]] = {
     "view_base": {"fillcolor": "darkolivegreen3"},
     "fused": {"fillcolor": "plum", "shape": "box3d"},
     "unreached": {"fillcolor": "red", "fontcolor": "white"},
+    "untracked": {"fillcolor": "lightyellow"},
     "collapsed": {"fillcolor": "white", "style": "filled,dashed"},
 }
 NODE_MEANINGS: dict[str, str] = {
@@ -46,13 +48,21 @@ NODE_MEANINGS: dict[str, str] = {
     "output": "output tensor passed to make_dot",
     "view_base": "base tensor of an output that is a view (dotted edge)",
     "fused": "one optimizer step for one parameter (fuse_optimizer=True)",
-    "unreached": "parameter in params that the output does not reach (.grad stays None)",
+    "unreached": "tensor in params that the output does not reach (.grad stays None)",
+    "untracked": "tensor in params that does not require grad (frozen parameter, buffer or "
+                 "detached copy): autograd does not track it",
     "collapsed": "nodes beyond max_depth",
 }
 
 _NODE_ATTR = {"style": "filled", "shape": "box", "fontsize": "10", "ranksep": "0.1",
               "height": "0.2", "fontname": "monospace"}
 _UNREACHED_CLUSTER = "unreached"
+_UNTRACKED_CLUSTER = "untracked"
+_CLUSTER_LABELS = {
+    _UNREACHED_CLUSTER: "not reached by the output: .grad stays None",
+    _UNTRACKED_CLUSTER: "requires_grad=False: not tracked by autograd, .grad stays None",
+}
+_NO_PATH = "no path to the output"
 
 
 @dataclasses.dataclass
@@ -117,13 +127,15 @@ def make_dot(
     builder = _GraphBuilder(ParameterNames(params), show_attrs, show_saved, max_attr_chars)
     builder.add_outputs(outputs)
     nodes = walk(builder.roots)
+    builder.find_reached(nodes)
     fusion = Fusion(nodes, builder.names) if fuse_optimizer else None
     builder.add_backward_nodes(nodes, fusion)
-    unreached = builder.add_unreached(nodes)
+    builder.add_unreached(nodes)
     if cluster_by_module:
         builder.assign_modules()
     dot = builder.emit(max_depth)
-    dot.unreached = unreached
+    dot.unreached = [entry.name for entry in builder.unreached]
+    dot.untracked = [entry.name for entry in builder.untracked]
     resize_graph(dot)
     return dot
 
@@ -147,11 +159,19 @@ class _GraphBuilder:
         self.show_saved = show_saved
         self.max_attr_chars = max(max_attr_chars, 3)
         self.roots: list[Node] = []
+        self._output_edges: list[tuple[Node, int]] = []
+        self._output_leaves: list[torch.Tensor] = []
+        self._output_nodes: list[tuple[str, torch.Tensor]] = []
+        self.reached: set[tuple[Node, int]] = set()
+        self._reached_entries: set[int] = set()
+        self._graph_entries: set[int] = set()
+        self.unreached: list[NamedParameter] = []
+        self.untracked: list[NamedParameter] = []
+        self._drawn_entries: set[int] = set()
         self.nodes: dict[str, _DisplayNode] = {}
         self.edges: dict[tuple[str, str], dict[str, str]] = {}
         self._ids: dict[Any, str] = {}
         self._keep_alive: list[Any] = []
-        self._reached_leaves: set[int] = set()
         self._fusion: Fusion | None = None
 
     # -- identifiers ---------------------------------------------------------------------------
@@ -176,12 +196,26 @@ class _GraphBuilder:
 
     # -- tensors -------------------------------------------------------------------------------
 
+    def _tensor_entries(self, tensor: torch.Tensor) -> list[NamedParameter]:
+        if tensor.grad_fn is None:
+            return self.names.leaf_names(tensor)
+        return self.names.by_output.get((tensor.grad_fn, tensor.output_nr), [])
+
+    def _named_display(self, entries: list[NamedParameter], lines: list[str],
+                       kinds: tuple[str, ...], reached: bool, **fields: Any) -> _DisplayNode:
+        """A node that shows ``entries``; drawn red when the outputs do not reach it."""
+        names = tuple(entry.name for entry in entries)
+        if entries and not reached:
+            kinds = (*kinds, "unreached")
+            lines = [*lines, _NO_PATH]
+            self._drawn_entries.update(map(id, entries))
+        return _DisplayNode(lines, kinds, names, **fields)
+
     def _tensor_node(self, tensor: torch.Tensor, kind: str) -> _DisplayNode:
-        entry = (self.names.leaf_name(tensor) if tensor.grad_fn is None
-                 else self.names.by_output.get((tensor.grad_fn, tensor.output_nr)))
-        if entry is None:
-            return _DisplayNode([_shape(tensor.shape)], (kind,))
-        return _DisplayNode([entry.name, _shape(tensor.shape)], (kind,), (entry.name,))
+        entries = self._tensor_entries(tensor)
+        reached = all(id(entry) in self._reached_entries for entry in entries)
+        return self._named_display(entries, [*(e.name for e in entries), _shape(tensor.shape)],
+                                   (kind,), reached)
 
     def add_outputs(self, outputs: list[torch.Tensor]) -> None:
         for tensor in outputs:
@@ -191,16 +225,37 @@ class _GraphBuilder:
         identifier = self._tensor_id(tensor)
         if identifier in self.nodes:
             return identifier
-        self.nodes[identifier] = self._tensor_node(tensor, kind)
+        self.nodes[identifier] = _DisplayNode([], (kind,))  # labelled by find_reached
+        self._output_nodes.append((identifier, tensor))
         if tensor.grad_fn is not None:
             self.roots.append(tensor.grad_fn)
+            self._output_edges.append((tensor.grad_fn, tensor.output_nr))
             self.edges[(("grad_fn", tensor.grad_fn, tensor.output_nr), identifier)] = {}
         elif tensor.requires_grad:
-            self._reached_leaves.add(id(tensor))
+            self._output_leaves.append(tensor)
         if tensor._is_view():
             base = self._add_tensor(tensor._base, "view_base")
             self.edges[(base, identifier)] = {"style": "dotted"}
         return identifier
+
+    def find_reached(self, nodes: list[Node]) -> None:
+        """Finds which named tensors the outputs reach, then labels the output nodes."""
+        self.reached = reached_outputs(self._output_edges)
+        for leaf in [*self._output_leaves, *_leaves(node for node, _ in self.reached)]:
+            self._reached_entries.update(map(id, self.names.leaf_names(leaf)))
+        for output in self.reached:
+            self._reached_entries.update(map(id, self.names.by_output.get(output, ())))
+        for leaf in [*self._output_leaves, *_leaves(nodes)]:
+            self._graph_entries.update(map(id, self.names.leaf_names(leaf)))
+        for entry in self.names.parameters:
+            if id(entry) in self._reached_entries:
+                continue
+            if entry.is_alias and id(entry) not in self._graph_entries:
+                self.untracked.append(entry)
+            else:
+                self.unreached.append(entry)
+        for identifier, tensor in self._output_nodes:
+            self.nodes[identifier] = self._tensor_node(tensor, self.nodes[identifier].kinds[0])
 
     # -- backward functions --------------------------------------------------------------------
 
@@ -230,25 +285,25 @@ class _GraphBuilder:
         self.edges = resolved
 
     def _add_step(self, step: FusedStep) -> None:
+        entries = self.names.by_output.get((step.node, step.output_nr), [])
         lines = [step.label]
         kinds: tuple[str, ...] = ("fused",)
-        entry = self.names.by_output.get((step.node, step.output_nr))
-        names: tuple[str, ...] = ()
-        if entry is None:
-            lines.append(_shape(output_shape(step.node, step.output_nr)))
-        else:
-            lines += [entry.name, _shape(entry.tensor.shape)]
+        if entries:
+            lines += [entry.name for entry in entries]
             kinds = ("fused", "param")
-            names = (entry.name,)
-        lines.append(f"[{step.members.total()} autograd nodes]")
+        lines += [_shape(output_shape(step.node, step.output_nr)),
+                  f"[{step.members.total()} autograd nodes]"]
         tooltip = ", ".join(f"{count} x {name}" for name, count in sorted(step.members.items()))
-        self.nodes[self._id(step)] = _DisplayNode(lines, kinds, names, tooltip=tooltip)
+        self.nodes[self._id(step)] = self._named_display(
+            entries, lines, kinds, (step.node, step.output_nr) in self.reached, tooltip=tooltip)
 
     def _add_backward(self, node: Node) -> None:
         identifier = self._id(node)
         lines = [node_name(node)]
         kinds: tuple[str, ...] = ("backward",)
-        named = self.names.by_node.get(node, [])
+        # A name on an output that nothing reads gets its own red node (see add_unreached).
+        named = [entry for entry in self.names.by_node.get(node, [])
+                 if id(entry) in self._reached_entries]
         if named:
             kinds = ("backward", "param")
             for entry in named:
@@ -259,7 +314,6 @@ class _GraphBuilder:
         self.nodes[identifier] = _DisplayNode(lines, kinds, tuple(e.name for e in named))
         variable = leaf_variable(node)
         if variable is not None:
-            self._reached_leaves.add(id(variable))
             tensor_id = self._tensor_id(variable)
             self.nodes[tensor_id] = self._tensor_node(variable, "param")
             self.edges[(tensor_id, identifier)] = {}
@@ -287,25 +341,24 @@ class _GraphBuilder:
 
     # -- diagnosis -----------------------------------------------------------------------------
 
-    def add_unreached(self, nodes: list[Node]) -> list[str]:
-        reached_nodes = set(nodes)
-        unreached = [entry for entry in self.names.parameters
-                     if not self._is_reached(entry, reached_nodes)]
-        for entry in unreached:
-            lines = [entry.name]
-            if entry.tensor is not None:
-                lines.append(_shape(entry.tensor.shape))
-                if not entry.tensor.requires_grad:
-                    lines.append("requires_grad=False")
-            lines.append("no path to the output")
-            self.nodes[self._id(("unreached", id(entry)))] = _DisplayNode(
-                lines, ("unreached",), (entry.name,), module=_UNREACHED_CLUSTER)
-        return [entry.name for entry in unreached]
-
-    def _is_reached(self, entry: NamedParameter, reached_nodes: set[Node]) -> bool:
-        if entry.leaf_id is not None:
-            return entry.leaf_id in self._reached_leaves
-        return entry.tensor.grad_fn in reached_nodes
+    def add_unreached(self, nodes: list[Node]) -> None:
+        """Draws the named tensors not drawn elsewhere that the outputs do not reach (red, from
+        the node that computed them if it is drawn) or that autograd does not track."""
+        walked = set(nodes)
+        for entry in self.unreached:
+            if id(entry) in self._drawn_entries:
+                continue
+            identifier = self._id(("unreached", id(entry)))
+            self.nodes[identifier] = _DisplayNode(
+                [entry.name, *_tensor_facts(entry.tensor), _NO_PATH], ("unreached",),
+                (entry.name,), module=_UNREACHED_CLUSTER)
+            if entry.leaf_id is None and entry.tensor.grad_fn in walked:
+                source = self._output_id(entry.tensor.grad_fn, entry.tensor.output_nr)
+                self.edges[(source, identifier)] = {"style": "dashed"}
+        for entry in self.untracked:
+            self.nodes[self._id(("untracked", id(entry)))] = _DisplayNode(
+                [entry.name, *_tensor_facts(entry.tensor)], ("untracked",), (entry.name,),
+                module=_UNTRACKED_CLUSTER)
 
     # -- clusters ------------------------------------------------------------------------------
 
@@ -352,8 +405,7 @@ class _GraphBuilder:
             self._emit_node(dot, identifier)
         for module, members in clusters.items():
             with dot.subgraph(name=f"cluster_{module}") as cluster:
-                label = ("not reached by the output: .grad stays None"
-                         if module == _UNREACHED_CLUSTER else module)
+                label = _CLUSTER_LABELS.get(module, module)
                 cluster.attr(label=label, style="rounded,dashed", color="grey40")
                 for identifier in members:
                     self._emit_node(cluster, identifier)
@@ -419,6 +471,16 @@ def _owned_module(identifier: str, inputs: dict[str, list[str]],
     for link in chain:
         owned[link] = module
     return module
+
+
+def _leaves(nodes: Iterable[Node]) -> list[torch.Tensor]:
+    return [leaf for leaf in map(leaf_variable, nodes) if leaf is not None]
+
+
+def _tensor_facts(tensor: torch.Tensor | None) -> list[str]:
+    if tensor is None:
+        return []
+    return [_shape(tensor.shape), *([] if tensor.requires_grad else ["requires_grad=False"])]
 
 
 def _shape(shape: torch.Size) -> str:
