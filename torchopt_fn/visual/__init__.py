@@ -8,10 +8,12 @@ reach (``dot.unreached``), which answers "why is my ``.grad`` None?".
 
 from torchopt_fn.visual._digraph import GradientGraph, GraphvizNotInstalledError, resize_graph
 from torchopt_fn.visual._graph import NODE_MEANINGS, NODE_STYLES, make_dot
+from torchopt_fn.visual._large import LARGE_GRAPH_NODES
 
 __all__ = [
     "GradientGraph",
     "GraphvizNotInstalledError",
+    "LARGE_GRAPH_NODES",
     "NODE_MEANINGS",
     "NODE_STYLES",
     "make_dot",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -12,6 +12,7 @@ from torch.autograd.graph import Node
 
 from optax_compat._src import tree_math
 from torchopt_fn.typing import TensorTree
+from torchopt_fn.visual import _large
 from torchopt_fn.visual._autograd import (
     FREED,
     Freed,
@@ -24,6 +25,7 @@ from torchopt_fn.visual._autograd import (
     walk,
 )
 from torchopt_fn.visual._digraph import GradientGraph, resize_graph
+from torchopt_fn.visual._display import DisplayNode, Edges
 from torchopt_fn.visual._fusion import FusedStep, Fusion
 from torchopt_fn.visual._params import NamedParameter, ParameterNames
 
@@ -39,6 +41,8 @@ NODE_STYLES: dict[str, dict[str, str]] = {
     "unreached": {"fillcolor": "red", "fontcolor": "white"},
     "untracked": {"fillcolor": "lightyellow"},
     "collapsed": {"fillcolor": "white", "style": "filled,dashed"},
+    "repeated": {"fillcolor": "khaki", "shape": "box3d"},
+    "copy": {"style": "filled,dashed"},
 }
 NODE_MEANINGS: dict[str, str] = {
     "backward": "backward function (autograd node)",
@@ -52,6 +56,9 @@ NODE_MEANINGS: dict[str, str] = {
     "untracked": "tensor in params that does not require grad (frozen parameter, buffer or "
                  "detached copy): autograd does not track it",
     "collapsed": "nodes beyond max_depth",
+    "repeated": "a step repeated several times in a row, drawn once with the count "
+                "(large_graph=True)",
+    "copy": "a tensor read by many nodes, drawn again beside each reader (large_graph=True)",
 }
 
 _NODE_ATTR = {"style": "filled", "shape": "box", "fontsize": "10", "ranksep": "0.1",
@@ -65,16 +72,6 @@ _CLUSTER_LABELS = {
 _NO_PATH = "no path to the output"
 
 
-@dataclasses.dataclass
-class _DisplayNode:
-    lines: list[str]
-    kinds: tuple[str, ...]
-    param_names: tuple[str, ...] = ()
-    module: str | None = None
-    owner: str | None = None  # for a saved tensor, the node that saved it
-    tooltip: str | None = None
-
-
 def make_dot(
     var: TensorTree,
     params: Mapping[str, torch.Tensor] | Iterable[Any] | None = None,
@@ -85,6 +82,8 @@ def make_dot(
     fuse_optimizer: bool = True,
     cluster_by_module: bool = False,
     max_depth: int | None = None,
+    large_graph: bool | None = None,
+    collapse_repeats: bool | None = None,
 ) -> GradientGraph:
     """Draws the autograd graph behind ``var`` with Graphviz.
 
@@ -111,7 +110,14 @@ def make_dot(
       cluster_by_module: Group nodes in one Graphviz cluster per module prefix of the parameter
         names (``encoder.fc.weight`` -> ``encoder.fc``).
       max_depth: If given, draw only nodes at most this many edges from an output; the rest
-        become one dashed node saying how many were left out.
+        become one dashed node saying how many were left out. A parameter stays with its
+        ``AccumulateGrad`` node.
+      large_graph: Draw for a fast layout: repeated steps of an unrolled loop become one node
+        with a count, a tensor read by many nodes is drawn beside each reader, and Graphviz's
+        layout passes are bounded. ``None`` (the default) bounds the passes of graphs with
+        many nodes and warns above ``LARGE_GRAPH_NODES`` nodes; ``False`` changes nothing.
+      collapse_repeats: Whether the large-graph mode collapses repeated steps; ``False``
+        draws every step (defaults to ``large_graph``).
 
     Returns:
       A :class:`GradientGraph` (a :class:`graphviz.Digraph`) whose ``unreached`` lists the
@@ -133,7 +139,22 @@ def make_dot(
     builder.add_unreached(nodes)
     if cluster_by_module:
         builder.assign_modules()
+    if collapse_repeats if collapse_repeats is not None else large_graph:
+        builder.nodes, builder.edges = _large.collapse_repeats(builder.nodes, builder.edges,
+                                                                 builder.new_id)
+    if large_graph:
+        builder.nodes, builder.edges = _large.copy_shared_nodes(builder.nodes, builder.edges,
+                                                                  builder.new_id)
     dot = builder.emit(max_depth)
+    drawn = sum(1 for line in dot.body if "[label=" in line)
+    if large_graph is not False:
+        dot.graph_attr.update(_large.layout_attributes(drawn))
+    if large_graph is None and drawn > _large.LARGE_GRAPH_NODES:
+        warnings.warn(
+            f"make_dot: {drawn} nodes to draw; Graphviz's layout may take minutes. Pass "
+            "large_graph=True (repeated steps drawn once with a count, a fast layout), or "
+            "max_depth=N to draw only the nodes near the output, or large_graph=False to keep "
+            "this picture and silence this warning.", stacklevel=2)
     dot.unreached = [entry.name for entry in builder.unreached]
     dot.untracked = [entry.name for entry in builder.untracked]
     resize_graph(dot)
@@ -168,13 +189,17 @@ class _GraphBuilder:
         self.unreached: list[NamedParameter] = []
         self.untracked: list[NamedParameter] = []
         self._drawn_entries: set[int] = set()
-        self.nodes: dict[str, _DisplayNode] = {}
-        self.edges: dict[tuple[str, str], dict[str, str]] = {}
+        self.nodes: dict[str, DisplayNode] = {}
+        self.edges: Edges = {}
         self._ids: dict[Any, str] = {}
         self._keep_alive: list[Any] = []
         self._fusion: Fusion | None = None
 
     # -- identifiers ---------------------------------------------------------------------------
+
+    def new_id(self, key: Hashable) -> str:
+        """The node identifier of ``key``, a new one the first time."""
+        return self._id(key)
 
     def _id(self, key: Any) -> str:
         identifier = self._ids.get(key)
@@ -202,16 +227,16 @@ class _GraphBuilder:
         return self.names.by_output.get((tensor.grad_fn, tensor.output_nr), [])
 
     def _named_display(self, entries: list[NamedParameter], lines: list[str],
-                       kinds: tuple[str, ...], reached: bool, **fields: Any) -> _DisplayNode:
+                       kinds: tuple[str, ...], reached: bool, **fields: Any) -> DisplayNode:
         """A node that shows ``entries``; drawn red when the outputs do not reach it."""
         names = tuple(entry.name for entry in entries)
         if entries and not reached:
             kinds = (*kinds, "unreached")
             lines = [*lines, _NO_PATH]
             self._drawn_entries.update(map(id, entries))
-        return _DisplayNode(lines, kinds, names, **fields)
+        return DisplayNode(lines, kinds, names, **fields)
 
-    def _tensor_node(self, tensor: torch.Tensor, kind: str) -> _DisplayNode:
+    def _tensor_node(self, tensor: torch.Tensor, kind: str) -> DisplayNode:
         entries = self._tensor_entries(tensor)
         reached = all(id(entry) in self._reached_entries for entry in entries)
         return self._named_display(entries, [*(e.name for e in entries), _shape(tensor.shape)],
@@ -225,7 +250,7 @@ class _GraphBuilder:
         identifier = self._tensor_id(tensor)
         if identifier in self.nodes:
             return identifier
-        self.nodes[identifier] = _DisplayNode([], (kind,))  # labelled by find_reached
+        self.nodes[identifier] = DisplayNode([], (kind,))  # labelled by find_reached
         self._output_nodes.append((identifier, tensor))
         if tensor.grad_fn is not None:
             self.roots.append(tensor.grad_fn)
@@ -311,11 +336,12 @@ class _GraphBuilder:
         saved = saved_values(node) if self.show_attrs or self.show_saved else []
         if self.show_attrs:
             lines += _attribute_table(saved, self.max_attr_chars, len(lines[0]))
-        self.nodes[identifier] = _DisplayNode(lines, kinds, tuple(e.name for e in named))
+        self.nodes[identifier] = DisplayNode(lines, kinds, tuple(e.name for e in named))
         variable = leaf_variable(node)
         if variable is not None:
             tensor_id = self._tensor_id(variable)
             self.nodes[tensor_id] = self._tensor_node(variable, "param")
+            self.nodes[identifier].leaf = tensor_id
             self.edges[(tensor_id, identifier)] = {}
         if self.show_saved:
             for attr, value in saved:
@@ -333,9 +359,9 @@ class _GraphBuilder:
         for label, tensor in tensors:
             identifier = self._id(("saved", owner, label))
             if isinstance(tensor, Freed):
-                display = _DisplayNode([label, str(FREED)], ("freed",), owner=owner)
+                display = DisplayNode([label, str(FREED)], ("freed",), owner=owner)
             else:
-                display = _DisplayNode([label, _shape(tensor.shape)], ("saved",), owner=owner)
+                display = DisplayNode([label, _shape(tensor.shape)], ("saved",), owner=owner)
             self.nodes[identifier] = display
             self.edges[(owner, identifier)] = {"dir": "none"}
 
@@ -349,14 +375,14 @@ class _GraphBuilder:
             if id(entry) in self._drawn_entries:
                 continue
             identifier = self._id(("unreached", id(entry)))
-            self.nodes[identifier] = _DisplayNode(
+            self.nodes[identifier] = DisplayNode(
                 [entry.name, *_tensor_facts(entry.tensor), _NO_PATH], ("unreached",),
                 (entry.name,), module=_UNREACHED_CLUSTER)
             if entry.leaf_id is None and entry.tensor.grad_fn in walked:
                 source = self._output_id(entry.tensor.grad_fn, entry.tensor.output_nr)
                 self.edges[(source, identifier)] = {"style": "dashed"}
         for entry in self.untracked:
-            self.nodes[self._id(("untracked", id(entry)))] = _DisplayNode(
+            self.nodes[self._id(("untracked", id(entry)))] = DisplayNode(
                 [entry.name, *_tensor_facts(entry.tensor)], ("untracked",), (entry.name,),
                 module=_UNTRACKED_CLUSTER)
 
@@ -442,6 +468,7 @@ class _GraphBuilder:
                     depth[source] = depth[identifier] + 1
                     queue.append(source)
         visible = set(depth)
+        visible.update(d.leaf for i, d in self.nodes.items() if i in depth and d.leaf)
         visible.update(i for i, d in self.nodes.items() if d.owner in depth)
         return visible
 
