@@ -252,10 +252,10 @@ def test_several_outputs_as_pytree_and_view_base() -> None:
     dot = make_dot({"row": row, "total": (w.sum(),)}, {"w": w})
     _, edges = parse_dot(dot)
     outputs = nodes_of(dot, "output")
-    assert sorted(a["lines"][-1] for a in outputs.values()) == ["()", "(3)"]
+    assert sorted(a["lines"] for a in outputs.values()) == [["row", "(3)"], ["total[0]", "()"]]
     (base_id, base), = nodes_of(dot, "view_base").items()
     assert base["fillcolor"] == "darkolivegreen3" and base["lines"] == ["(4, 3)"]
-    row_id = next(i for i, a in outputs.items() if a["lines"] == ["(3)"])
+    row_id = next(i for i, a in outputs.items() if a["lines"] == ["row", "(3)"])
     assert (base_id, row_id, {"style": "dotted"}) in edges
     assert len(nodes_of(dot, "backward")) == count_autograd_nodes([row, y, w.sum()])
 

@@ -4,8 +4,10 @@
 parameters, orange saved tensors, green outputs), fuses the many nodes of each differentiable
 optimizer step into one node per parameter and step, and lists the parameters the output does not
 reach (``dot.unreached``), which answers "why is my ``.grad`` None?".
+:func:`tag_optimizer_step` marks the steps of your own optimizer loop so that they fuse too.
 """
 
+from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn.visual._digraph import GradientGraph, GraphvizNotInstalledError, resize_graph
 from torchopt_fn.visual._graph import NODE_MEANINGS, NODE_STYLES, make_dot
 from torchopt_fn.visual._large import LARGE_GRAPH_NODES
@@ -18,4 +20,5 @@ __all__ = [
     "NODE_STYLES",
     "make_dot",
     "resize_graph",
+    "tag_optimizer_step",
 ]

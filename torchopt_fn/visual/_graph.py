@@ -7,10 +7,12 @@ import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
+import optree
 import torch
 from torch.autograd.graph import Node
 
 from optax_compat._src import tree_math
+from torchopt_fn._graph_tags import path_name
 from torchopt_fn.typing import TensorTree
 from torchopt_fn.visual import _large
 from torchopt_fn.visual._autograd import (
@@ -26,7 +28,7 @@ from torchopt_fn.visual._autograd import (
 )
 from torchopt_fn.visual._digraph import GradientGraph, resize_graph
 from torchopt_fn.visual._display import DisplayNode, Edges
-from torchopt_fn.visual._fusion import FusedStep, Fusion
+from torchopt_fn.visual._fusion import FusedStep, Fusion, looks_like_optimizer_steps
 from torchopt_fn.visual._params import NamedParameter, ParameterNames
 
 # How each kind of node is drawn, and what it means (the legend of the picture).
@@ -84,6 +86,7 @@ def make_dot(
     max_depth: int | None = None,
     large_graph: bool | None = None,
     collapse_repeats: bool | None = None,
+    legend: bool = False,
 ) -> GradientGraph:
     """Draws the autograd graph behind ``var`` with Graphviz.
 
@@ -92,14 +95,19 @@ def make_dot(
     an output that is a view dark green, joined by a dotted edge. With ``fuse_optimizer`` the
     nodes of each differentiable optimizer step (tagged by ``torchopt_fn``'s meta-optimizers and
     functional updates) become one 3-D box per parameter and step, light blue when the new
-    parameter is named in ``params`` and plum otherwise. Parameters in ``params``
-    that the outputs do not reach are drawn red in their own cluster and listed in
-    ``.unreached``. Building the graph never runs Graphviz; rendering does.
+    parameter is named in ``params`` and plum otherwise, labelled with the parameter's name.
+    Tag your own optimizer loop with :func:`tag_optimizer_step` to fuse its steps too. Tensors
+    in ``params`` that the outputs do not reach are drawn red and listed in ``.unreached``;
+    those autograd does not track (``requires_grad=False``) are drawn pale yellow and listed in
+    ``.untracked``. Building the graph never runs Graphviz; rendering does.
 
     Args:
-      var: Output tensor, or any pytree of output tensors.
-      params: Names for tensors: a dict name -> tensor, an iterable of ``(name, tensor)`` pairs
-        (``module.named_parameters()``), a ``ModuleState`` from
+      var: Output tensor, or any pytree of output tensors; outputs in a dict or a sequence are
+        labelled with their key or position (``"loss"``, ``"aux[0]"``).
+      params: Names for tensors: a dict name -> tensor (``module.state_dict()`` works: its
+        detached copies name the parameters they alias), an iterable of ``(name, tensor)``
+        pairs (``module.named_parameters()``; pass ``remove_duplicate=False`` to see every name
+        of a tied weight), a ``ModuleState`` from
         ``extract_state_dict(..., enable_visual=True, visual_prefix=...)``, or a list of these.
       show_attrs: Show the non-tensor attributes backward functions saved (``_saved_*``).
       show_saved: Show the tensors built-in backward functions saved (those of custom
@@ -108,7 +116,8 @@ def make_dot(
         ``...``.
       fuse_optimizer: Draw each optimizer step as one node per parameter.
       cluster_by_module: Group nodes in one Graphviz cluster per module prefix of the parameter
-        names (``encoder.fc.weight`` -> ``encoder.fc``).
+        names (``encoder.fc.weight`` -> ``encoder.fc``), nested as the modules are
+        (``self_attn.out_proj`` inside ``self_attn``).
       max_depth: If given, draw only nodes at most this many edges from an output; the rest
         become one dashed node saying how many were left out. A parameter stays with its
         ``AccumulateGrad`` node.
@@ -118,14 +127,22 @@ def make_dot(
         many nodes and warns above ``LARGE_GRAPH_NODES`` nodes; ``False`` changes nothing.
       collapse_repeats: Whether the large-graph mode collapses repeated steps; ``False``
         draws every step (defaults to ``large_graph``).
+      legend: Add a box explaining the colours the picture uses.
 
     Returns:
-      A :class:`GradientGraph` (a :class:`graphviz.Digraph`) whose ``unreached`` lists the
-      names of unreached parameters.
+      A :class:`GradientGraph` (a :class:`graphviz.Digraph`) whose ``unreached`` and
+      ``untracked`` list the names of unreached and untracked ``params``.
 
     Raises:
-      TypeError: if ``var`` has a leaf that is not a tensor or ``params`` has an unknown form.
-      ValueError: if ``max_depth`` is negative.
+      TypeError: if ``var`` has a leaf that is not a tensor, or ``params`` has an unknown form,
+        holds bare tensors (``module.parameters()``) or is a dict tensor -> name.
+      ValueError: if ``var`` holds no tensor or ``max_depth`` is negative.
+
+    Warns:
+      UserWarning: for outputs that do not require grad (nothing to draw behind them), a
+        ``params`` iterator that yields nothing (a consumed generator), a graph above
+        ``LARGE_GRAPH_NODES`` nodes, and, once, for a graph that seems to hold optimizer steps
+        none of which is tagged when ``fuse_optimizer`` is on.
     """
     if max_depth is not None and max_depth < 0:
         raise ValueError(f"make_dot: max_depth must be >= 0, got {max_depth}")
@@ -135,6 +152,8 @@ def make_dot(
     nodes = walk(builder.roots)
     builder.find_reached(nodes)
     fusion = Fusion(nodes, builder.names) if fuse_optimizer else None
+    if fusion is not None and not fusion.steps and looks_like_optimizer_steps(nodes):
+        warnings.warn(_UNTAGGED_NOTICE, stacklevel=2)
     builder.add_backward_nodes(nodes, fusion)
     builder.add_unreached(nodes)
     if cluster_by_module:
@@ -145,13 +164,12 @@ def make_dot(
     if large_graph:
         builder.nodes, builder.edges = _large.copy_shared_nodes(builder.nodes, builder.edges,
                                                                   builder.new_id)
-    dot = builder.emit(max_depth)
-    drawn = sum(1 for line in dot.body if "[label=" in line)
+    dot = builder.emit(max_depth, legend)
     if large_graph is not False:
-        dot.graph_attr.update(_large.layout_attributes(drawn))
-    if large_graph is None and drawn > _large.LARGE_GRAPH_NODES:
+        dot.graph_attr.update(_large.layout_attributes(builder.drawn))
+    if large_graph is None and builder.drawn > _large.LARGE_GRAPH_NODES:
         warnings.warn(
-            f"make_dot: {drawn} nodes to draw; Graphviz's layout may take minutes. Pass "
+            f"make_dot: {builder.drawn} nodes to draw; Graphviz's layout may take minutes. Pass "
             "large_graph=True (repeated steps drawn once with a count, a fast layout), or "
             "max_depth=N to draw only the nodes near the output, or large_graph=False to keep "
             "this picture and silence this warning.", stacklevel=2)
@@ -161,13 +179,34 @@ def make_dot(
     return dot
 
 
-def _output_tensors(var: Any) -> list[torch.Tensor]:
-    outputs = tree_math.leaves(var)
+_UNTAGGED_NOTICE = (
+    "make_dot: fuse_optimizer=True found no tagged optimizer step, but this graph seems to hold "
+    "some (a gradient taken with create_graph=True, added to a parameter). Steps of torchopt_fn's "
+    "optimizers are tagged; tag your own loop after each step with "
+    "torchopt_fn.visual.tag_optimizer_step(new_params, (params, grads), 'sgd step', step=i) "
+    "to draw each step as one node per parameter.")
+
+
+def _output_tensors(var: Any) -> list[tuple[str, torch.Tensor]]:
+    """The output tensors with their names (paths in ``var``); checks there is something to
+    draw behind them."""
+    paths, outputs, _ = optree.tree_flatten_with_path(var, none_is_leaf=tree_math.NONE_IS_LEAF,
+                                                      namespace=tree_math.NAMESPACE)
+    if not outputs:
+        raise ValueError(f"make_dot: `var` holds no output tensor (got {type(var).__name__}); "
+                         "pass the tensor to draw the graph of, e.g. the loss")
     for leaf in outputs:
         if not isinstance(leaf, torch.Tensor):
             raise TypeError(f"make_dot: `var` must be a tensor or a pytree of tensors; found a "
                             f"{type(leaf).__name__} leaf")
-    return outputs
+    named = [(path_name(path), leaf) for path, leaf in zip(paths, outputs, strict=True)]
+    constant = [name or "the output" for name, leaf in named if not leaf.requires_grad]
+    if constant:
+        warnings.warn(
+            f"make_dot: {', '.join(map(repr, constant))} does not require grad, so no autograd "
+            "graph leads to it: was it computed under torch.no_grad(), detached, or from "
+            "tensors that do not require grad?", stacklevel=3)
+    return named
 
 
 class _GraphBuilder:
@@ -182,7 +221,8 @@ class _GraphBuilder:
         self.roots: list[Node] = []
         self._output_edges: list[tuple[Node, int]] = []
         self._output_leaves: list[torch.Tensor] = []
-        self._output_nodes: list[tuple[str, torch.Tensor]] = []
+        # Output tensors (and view bases) by node, with the names of the outputs they are.
+        self._output_nodes: dict[str, tuple[torch.Tensor, list[str]]] = {}
         self.reached: set[tuple[Node, int]] = set()
         self._reached_entries: set[int] = set()
         self._graph_entries: set[int] = set()
@@ -193,6 +233,7 @@ class _GraphBuilder:
         self.edges: Edges = {}
         self._ids: dict[Any, str] = {}
         self._keep_alive: list[Any] = []
+        self.drawn = 0
         self._fusion: Fusion | None = None
 
     # -- identifiers ---------------------------------------------------------------------------
@@ -236,22 +277,25 @@ class _GraphBuilder:
             self._drawn_entries.update(map(id, entries))
         return DisplayNode(lines, kinds, names, **fields)
 
-    def _tensor_node(self, tensor: torch.Tensor, kind: str) -> DisplayNode:
+    def _tensor_node(self, tensor: torch.Tensor, kind: str,
+                     output_names: tuple[str, ...] = ()) -> DisplayNode:
         entries = self._tensor_entries(tensor)
         reached = all(id(entry) in self._reached_entries for entry in entries)
-        return self._named_display(entries, [*(e.name for e in entries), _shape(tensor.shape)],
-                                   (kind,), reached)
+        lines = [*output_names, *(e.name for e in entries), _shape(tensor.shape)]
+        return self._named_display(entries, lines, (kind,), reached)
 
-    def add_outputs(self, outputs: list[torch.Tensor]) -> None:
-        for tensor in outputs:
-            self._add_tensor(tensor, "output")
+    def add_outputs(self, outputs: list[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in outputs:
+            identifier = self._add_tensor(tensor, "output")
+            if name:
+                self._output_nodes[identifier][1].append(name)
 
     def _add_tensor(self, tensor: torch.Tensor, kind: str) -> str:
         identifier = self._tensor_id(tensor)
         if identifier in self.nodes:
             return identifier
         self.nodes[identifier] = DisplayNode([], (kind,))  # labelled by find_reached
-        self._output_nodes.append((identifier, tensor))
+        self._output_nodes[identifier] = (tensor, [])
         if tensor.grad_fn is not None:
             self.roots.append(tensor.grad_fn)
             self._output_edges.append((tensor.grad_fn, tensor.output_nr))
@@ -279,8 +323,9 @@ class _GraphBuilder:
                 self.untracked.append(entry)
             else:
                 self.unreached.append(entry)
-        for identifier, tensor in self._output_nodes:
-            self.nodes[identifier] = self._tensor_node(tensor, self.nodes[identifier].kinds[0])
+        for identifier, (tensor, names) in self._output_nodes.items():
+            self.nodes[identifier] = self._tensor_node(tensor, self.nodes[identifier].kinds[0],
+                                                       tuple(names))
 
     # -- backward functions --------------------------------------------------------------------
 
@@ -316,6 +361,8 @@ class _GraphBuilder:
         if entries:
             lines += [entry.name for entry in entries]
             kinds = ("fused", "param")
+        elif step.parameter:
+            lines.append(step.parameter)
         lines += [_shape(output_shape(step.node, step.output_nr)),
                   f"[{step.members.total()} autograd nodes]"]
         tooltip = ", ".join(f"{count} x {name}" for name, count in sorted(step.members.items()))
@@ -420,28 +467,56 @@ class _GraphBuilder:
 
     # -- output --------------------------------------------------------------------------------
 
-    def emit(self, max_depth: int | None) -> GradientGraph:
+    def emit(self, max_depth: int | None, legend: bool = False) -> GradientGraph:
+        """Writes the visible nodes and edges into a new :class:`GradientGraph`."""
         visible = set(self.nodes) if max_depth is None else self._within_depth(max_depth)
         dot = GradientGraph(node_attr=_NODE_ATTR, graph_attr={"size": "12,12"})
-        clusters: dict[str | None, list[str]] = collections.defaultdict(list)
+        members: dict[str | None, list[str]] = collections.defaultdict(list)
         for identifier in self.nodes:
             if identifier in visible:
-                clusters[self.nodes[identifier].module].append(identifier)
-        for identifier in clusters.pop(None, []):
+                members[self.nodes[identifier].module].append(identifier)
+        for identifier in members.pop(None, []):
             self._emit_node(dot, identifier)
-        for module, members in clusters.items():
-            with dot.subgraph(name=f"cluster_{module}") as cluster:
-                label = _CLUSTER_LABELS.get(module, module)
-                cluster.attr(label=label, style="rounded,dashed", color="grey40")
-                for identifier in members:
-                    self._emit_node(cluster, identifier)
+        parents = _cluster_parents(set(members) - set(_CLUSTER_LABELS))
+        children: dict[str | None, list[str]] = collections.defaultdict(list)
+        for module in sorted(set(members) | set(parents)):
+            children[parents.get(module)].append(module)
+        for module in children[None]:
+            self._emit_cluster(dot, module, members, children)
         for (source, target), attrs in self.edges.items():
             if source in visible and target in visible:
                 dot.edge(source, target, **attrs)
         hidden = len(self.nodes) - len(visible)
         if hidden:
             self._emit_collapsed(dot, visible, hidden, max_depth)
+        self.drawn = len(visible) + bool(hidden)
+        if legend:
+            kinds = {kind for i in visible for kind in self.nodes[i].kinds}
+            self._emit_legend(dot, [k for k in NODE_STYLES if k in kinds or
+                                    (k == "collapsed" and hidden)])
         return dot
+
+    def _emit_cluster(self, dot: Any, module: str, members: dict[str | None, list[str]],
+                      children: dict[str | None, list[str]]) -> None:
+        with dot.subgraph(name=f"cluster_{module}") as cluster:
+            cluster.attr(label=_CLUSTER_LABELS.get(module, module), style="rounded,dashed",
+                         color="grey40")
+            for identifier in members.get(module, ()):
+                self._emit_node(cluster, identifier)
+            for child in children[module]:
+                self._emit_cluster(cluster, child, members, children)
+
+    def _emit_legend(self, dot: GradientGraph, kinds: list[str]) -> None:
+        with dot.subgraph(name="cluster_legend") as cluster:
+            cluster.attr(label="legend", style="rounded", color="grey40")
+            previous = None
+            for kind in kinds:
+                identifier = self._id(("legend", kind))
+                cluster.node(identifier, _label([NODE_MEANINGS[kind]]),
+                             _attributes={"class": "legend"}, **NODE_STYLES[kind])
+                if previous is not None:  # stack the entries in one column
+                    cluster.edge(previous, identifier, style="invis")
+                previous = identifier
 
     def _emit_node(self, dot: Any, identifier: str) -> None:
         display = self.nodes[identifier]
@@ -481,6 +556,28 @@ class _GraphBuilder:
                     if target in visible and source not in visible}
         for target in sorted(frontier):
             dot.edge(identifier, target, style="dashed")
+
+
+def _cluster_parents(modules: set[str]) -> dict[str, str | None]:
+    """The enclosing cluster of each module cluster, adding the modules where paths branch.
+
+    ``self_attn`` (which holds ``in_proj_weight``) encloses ``self_attn.out_proj``; ``layers``
+    is drawn around ``layers.0`` and ``layers.1``, but ``encoder`` is not drawn around a lone
+    ``encoder.0``.
+    """
+    branches: dict[str, set[str]] = collections.defaultdict(set)
+    for module in modules:
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            branches[".".join(parts[:end])].add(parts[end])
+    clusters = modules | {prefix for prefix, below in branches.items() if len(below) > 1}
+    parents: dict[str, str | None] = {}
+    for module in clusters:
+        parts = module.split(".")
+        enclosing = [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)
+                     if ".".join(parts[:end]) in clusters]
+        parents[module] = enclosing[0] if enclosing else None
+    return parents
 
 
 def _owned_module(identifier: str, inputs: dict[str, list[str]],

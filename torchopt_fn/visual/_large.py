@@ -106,7 +106,9 @@ def collapse_repeats(nodes: dict[str, DisplayNode], edges: Edges,
 
 
 def _find_runs(nodes: dict[str, DisplayNode], edges: Edges) -> list[_Run]:
-    collapsible = {i for i, d in nodes.items() if d.owner is None and d.kinds[0] in _COLLAPSIBLE}
+    # In drawing order, so that ties between candidates break the same way in every run.
+    collapsible = {i: None for i, d in nodes.items()
+                   if d.owner is None and d.kinds[0] in _COLLAPSIBLE}
     inputs: dict[str, list[str]] = collections.defaultdict(list)
     readers: dict[str, list[str]] = collections.defaultdict(list)
     for source, target in edges:
@@ -131,7 +133,7 @@ def _find_runs(nodes: dict[str, DisplayNode], edges: Edges) -> list[_Run]:
     return best
 
 
-def _topological_order(ids: set[str], inputs: dict[str, list[str]],
+def _topological_order(ids: dict[str, None], inputs: dict[str, list[str]],
                        readers: dict[str, list[str]]) -> list[str]:
     pending = {i: len(inputs[i]) for i in ids}
     ready = [i for i, n in pending.items() if n == 0]
@@ -202,14 +204,16 @@ def _runs(step: dict[str, int], labels: dict[str, Hashable],
 
 def copy_shared_nodes(nodes: dict[str, DisplayNode], edges: Edges,
                       new_id: Callable[[Hashable], str]) -> tuple[dict[str, DisplayNode], Edges]:
-    """Draws a node read by more than four nodes as a dashed copy beside each reader.
+    """Draws an input read by more than four nodes as a dashed copy beside each reader.
 
-    A shared ``AccumulateGrad`` is copied as the tensor it fills (the parameter's name). The
-    original stays, saying how many copies stand for it. ``new_id`` names the copies.
+    Only nodes computed from nothing drawn are copied: leaf tensors and ``AccumulateGrad``
+    nodes, which are copied as the tensor they fill (the parameter's name). The original
+    stays, saying how many copies stand for it. ``new_id`` names the copies.
     """
+    computed = {target for source, target in edges if nodes[target].leaf != source}
     fan_out = collections.Counter(source for source, target in edges
-                                  if nodes[target].owner is None)
-    shared = {i for i, n in fan_out.items() if n > _SHARED_FAN_OUT}
+                                  if nodes[target].owner is None and source not in computed)
+    shared = {i: None for i, n in fan_out.items() if n > _SHARED_FAN_OUT}
     if not shared:
         return nodes, edges
     new_nodes = dict(nodes)

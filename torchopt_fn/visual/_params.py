@@ -16,7 +16,8 @@ or tuple mixing these.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterable, Mapping
+import warnings
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -89,6 +90,10 @@ class ParameterNames:
             for key, value in visual_contents.items():
                 self._add_visual_entry(key, value)
         elif isinstance(params, Mapping):
+            if any(isinstance(key, torch.Tensor) for key in params):
+                raise TypeError(
+                    "make_dot: `params` looks inverted: its keys are tensors; pass a dict "
+                    "name -> tensor, e.g. {name: tensor for tensor, name in params.items()}")
             self.from_state_dict |= hasattr(params, "_metadata")
             for name, tensor in params.items():
                 self._add(name, tensor)
@@ -97,11 +102,24 @@ class ParameterNames:
                 "make_dot: `params` must be a dict name -> tensor, an iterable of (name, tensor) "
                 f"pairs, a ModuleState, or a list of these; got {type(params).__name__}")
         else:
+            empty = True
             for item in params:
+                empty = False
+                if isinstance(item, torch.Tensor):
+                    raise TypeError(
+                        "make_dot: `params` holds bare tensors, as module.parameters() yields; "
+                        "pass module.named_parameters() (or a dict name -> tensor) so that the "
+                        "nodes get names")
                 if _is_named_pair(item):
                     self._add(*item)
                 else:
                     self._read(item)
+            if empty and isinstance(params, Iterator):
+                warnings.warn(
+                    "make_dot: `params` is an iterator that yielded nothing. A generator such as "
+                    "module.named_parameters() can be read only once: was it already consumed "
+                    "(by an earlier make_dot call)? Pass dict(module.named_parameters()) to "
+                    "reuse it.", stacklevel=4)
 
     def _add_visual_entry(self, key: Any, value: Any) -> None:
         if _is_named_pair(value):
@@ -118,8 +136,8 @@ class ParameterNames:
 
     def _add(self, name: Any, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(
-                f"make_dot: params entry {name!r} is a {type(tensor).__name__}, not a tensor")
+            raise TypeError(f"make_dot: params entry {_describe(name)} is a "
+                            f"{type(tensor).__name__}, not a tensor")
         leaf_id = id(tensor) if tensor.grad_fn is None else None
         self._add_entry(NamedParameter(name=str(name), tensor=tensor, leaf_id=leaf_id))
 
@@ -139,6 +157,13 @@ class ParameterNames:
         if self._has_aliases:
             entries = entries + self._by_leaf.get(("alias", alias_key(tensor)), [])
         return entries
+
+
+def _describe(name: Any) -> str:
+    """``name`` for an error message; a tensor is named by its type and shape, never printed."""
+    if isinstance(name, torch.Tensor):
+        return f"<{type(name).__name__} of shape {tuple(name.shape)}>"
+    return repr(name)
 
 
 def _is_named_pair(item: Any) -> bool:
