@@ -10,9 +10,11 @@ Prints
 * a table for an RNN cell unrolled until the picture has about 200, 1,000 and 3,000 nodes:
   drawn nodes, the time ``make_dot`` takes to build the ``Digraph`` (best of 3) and the time
   Graphviz's ``dot`` takes to lay it out to SVG, in three modes: ``large_graph=False`` (Graphviz's
-  defaults, the picture of torchviz and TorchOpt), the default (layout passes bounded by size)
-  and ``large_graph=True`` (repeated steps collapsed, shared tensors drawn beside each reader).
-  A layout that does not finish within the timeout is reported as ``> S s`` and killed.
+  defaults, the picture of torchviz and TorchOpt), the default (layout passes bounded by size),
+  ``large_graph=True`` (repeated steps collapsed, shared tensors drawn beside each reader) and
+  ``large_graph=True, collapse_repeats=False`` (every step drawn: what the mode does for a loop
+  whose steps differ). A layout that does not finish within the timeout is reported as
+  ``> S s`` and killed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from torchopt_fn.visual._autograd import walk
 RNN_NODES_PER_STEP = 10
 RNN_FIXED_NODES = 9
 MODES = {"large_graph=False": {"large_graph": False}, "default": {},
-         "large_graph=True": {"large_graph": True}}
+         "large_graph=True": {"large_graph": True},
+         "  without collapse": {"large_graph": True, "collapse_repeats": False}}
 
 
 def drawn_nodes(dot: object) -> int:

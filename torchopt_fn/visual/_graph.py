@@ -160,10 +160,10 @@ def make_dot(
         builder.assign_modules()
     if collapse_repeats if collapse_repeats is not None else large_graph:
         builder.nodes, builder.edges = _large.collapse_repeats(builder.nodes, builder.edges,
-                                                                 builder.new_id)
+                                                                 builder.node_id)
     if large_graph:
         builder.nodes, builder.edges = _large.copy_shared_nodes(builder.nodes, builder.edges,
-                                                                  builder.new_id)
+                                                                  builder.node_id)
     dot = builder.emit(max_depth, legend)
     if large_graph is not False:
         dot.graph_attr.update(_large.layout_attributes(builder.drawn))
@@ -238,11 +238,8 @@ class _GraphBuilder:
 
     # -- identifiers ---------------------------------------------------------------------------
 
-    def new_id(self, key: Hashable) -> str:
+    def node_id(self, key: Hashable) -> str:
         """The node identifier of ``key``, a new one the first time."""
-        return self._id(key)
-
-    def _id(self, key: Any) -> str:
         identifier = self._ids.get(key)
         if identifier is None:
             identifier = self._ids[key] = f"n{len(self._ids)}"
@@ -250,15 +247,15 @@ class _GraphBuilder:
 
     def _tensor_id(self, tensor: torch.Tensor) -> str:
         self._keep_alive.append(tensor)  # so that its id is not reused while we draw
-        return self._id(("tensor", id(tensor)))
+        return self.node_id(("tensor", id(tensor)))
 
     def _output_id(self, node: Node, output_nr: int) -> str:
         step = self._fusion.output_owner(node, output_nr) if self._fusion else None
-        return self._id(step) if step is not None else self._id(node)
+        return self.node_id(step) if step is not None else self.node_id(node)
 
     def _input_reader_ids(self, node: Node, input_index: int) -> list[str]:
         steps = self._fusion.input_owners(node, input_index) if self._fusion else None
-        return [self._id(step) for step in steps] if steps is not None else [self._id(node)]
+        return [self.node_id(step) for step in steps] if steps is not None else [self.node_id(node)]
 
     # -- tensors -------------------------------------------------------------------------------
 
@@ -366,11 +363,11 @@ class _GraphBuilder:
         lines += [_shape(output_shape(step.node, step.output_nr)),
                   f"[{step.members.total()} autograd nodes]"]
         tooltip = ", ".join(f"{count} x {name}" for name, count in sorted(step.members.items()))
-        self.nodes[self._id(step)] = self._named_display(
+        self.nodes[self.node_id(step)] = self._named_display(
             entries, lines, kinds, (step.node, step.output_nr) in self.reached, tooltip=tooltip)
 
     def _add_backward(self, node: Node) -> None:
-        identifier = self._id(node)
+        identifier = self.node_id(node)
         lines = [node_name(node)]
         kinds: tuple[str, ...] = ("backward",)
         # A name on an output that nothing reads gets its own red node (see add_unreached).
@@ -404,7 +401,7 @@ class _GraphBuilder:
         else:
             return
         for label, tensor in tensors:
-            identifier = self._id(("saved", owner, label))
+            identifier = self.node_id(("saved", owner, label))
             if isinstance(tensor, Freed):
                 display = DisplayNode([label, str(FREED)], ("freed",), owner=owner)
             else:
@@ -421,7 +418,7 @@ class _GraphBuilder:
         for entry in self.unreached:
             if id(entry) in self._drawn_entries:
                 continue
-            identifier = self._id(("unreached", id(entry)))
+            identifier = self.node_id(("unreached", id(entry)))
             self.nodes[identifier] = DisplayNode(
                 [entry.name, *_tensor_facts(entry.tensor), _NO_PATH], ("unreached",),
                 (entry.name,), module=_UNREACHED_CLUSTER)
@@ -429,7 +426,7 @@ class _GraphBuilder:
                 source = self._output_id(entry.tensor.grad_fn, entry.tensor.output_nr)
                 self.edges[(source, identifier)] = {"style": "dashed"}
         for entry in self.untracked:
-            self.nodes[self._id(("untracked", id(entry)))] = DisplayNode(
+            self.nodes[self.node_id(("untracked", id(entry)))] = DisplayNode(
                 [entry.name, *_tensor_facts(entry.tensor)], ("untracked",), (entry.name,),
                 module=_UNTRACKED_CLUSTER)
 
@@ -511,7 +508,7 @@ class _GraphBuilder:
             cluster.attr(label="legend", style="rounded", color="grey40")
             previous = None
             for kind in kinds:
-                identifier = self._id(("legend", kind))
+                identifier = self.node_id(("legend", kind))
                 cluster.node(identifier, _label([NODE_MEANINGS[kind]]),
                              _attributes={"class": "legend"}, **NODE_STYLES[kind])
                 if previous is not None:  # stack the entries in one column
@@ -549,7 +546,7 @@ class _GraphBuilder:
 
     def _emit_collapsed(self, dot: GradientGraph, visible: set[str], hidden: int,
                         max_depth: int | None) -> None:
-        identifier = self._id("collapsed")
+        identifier = self.node_id("collapsed")
         dot.node(identifier, _label([f"{hidden} more nodes", f"beyond depth {max_depth}"]),
                  _attributes={"class": "collapsed"}, **NODE_STYLES["collapsed"])
         frontier = {target for source, target in self.edges

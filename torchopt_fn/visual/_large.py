@@ -36,6 +36,7 @@ _MIN_REPEATS = 3
 _SHARED_FAN_OUT = 4
 _COLOUR_ROUNDS = 3
 _CANDIDATE_COLOURS = 5
+_ENOUGH = 0.8  # stop trying candidates once this share of the nodes is collapsed
 _COLLAPSIBLE = ("backward", "fused", "param")
 
 
@@ -116,7 +117,7 @@ def _find_runs(nodes: dict[str, DisplayNode], edges: Edges) -> list[_Run]:
             inputs[target].append(source)
             readers[source].append(target)
     order = _topological_order(collapsible, inputs, readers)
-    labels = {i: (nodes[i].kinds, tuple(nodes[i].lines)) for i in collapsible}
+    labels = {i: hash((nodes[i].kinds, tuple(nodes[i].lines))) for i in collapsible}
     colours = _colours(labels, inputs, readers)
     counts = collections.Counter(colours.values())
     best: list[_Run] = []
@@ -130,6 +131,8 @@ def _find_runs(nodes: dict[str, DisplayNode], edges: Edges) -> list[_Run]:
         runs = _runs(step, labels, inputs)
         if sum(len(r.members) for r in runs) > sum(len(r.members) for r in best):
             best = runs
+        if sum(len(r.members) for r in best) > _ENOUGH * len(collapsible):
+            break
     return best
 
 
@@ -148,9 +151,9 @@ def _topological_order(ids: dict[str, None], inputs: dict[str, list[str]],
     return order
 
 
-def _colours(labels: dict[str, Hashable], inputs: dict[str, list[str]],
+def _colours(labels: dict[str, int], inputs: dict[str, list[str]],
              readers: dict[str, list[str]]) -> dict[str, int]:
-    colours = {i: hash(label) for i, label in labels.items()}
+    colours = dict(labels)
     for _ in range(_COLOUR_ROUNDS):
         colours = {i: hash((c, tuple(sorted(colours[s] for s in inputs[i])),
                             tuple(sorted(colours[r] for r in readers[i]))))
@@ -176,7 +179,7 @@ def _steps(order: list[str], anchors: set[str], inputs: dict[str, list[str]],
     return step
 
 
-def _runs(step: dict[str, int], labels: dict[str, Hashable],
+def _runs(step: dict[str, int], labels: dict[str, int],
           inputs: dict[str, list[str]]) -> list[_Run]:
     groups: dict[int, list[str]] = collections.defaultdict(list)
     for identifier, index in step.items():
@@ -186,7 +189,7 @@ def _runs(step: dict[str, int], labels: dict[str, Hashable],
     def signature(index: int) -> tuple:
         def source(s: str) -> tuple:
             return ("step", step[s] - index) if step[s] else ("shared", s)
-        return tuple(sorted((repr(labels[i]), tuple(sorted(map(source, inputs[i]))))
+        return tuple(sorted((labels[i], tuple(sorted(map(source, inputs[i]))))
                             for i in groups[index]))
 
     runs: list[_Run] = []
