@@ -100,6 +100,11 @@ def test_untagged_optimizer_loop_gets_one_notice() -> None:
     outer, leaves = optax_compat_loop(tag=False)
     with pytest.warns(UserWarning, match="tag_optimizer_step"):
         make_dot(outer, leaves)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            make_dot(outer, leaves)
+    assert sum("tag_optimizer_step" in str(w.message) for w in caught) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make_dot(outer, leaves, fuse_optimizer=False)

@@ -92,16 +92,28 @@ def test_state_dict_aliases_name_the_parameters() -> None:
     assert not nodes_of(dot, "unreached")
 
 
-def test_state_dict_alias_of_a_detached_layer_is_not_reached() -> None:
+class DetachedEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder, self.head = nn.Linear(2, 4), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).detach())
+
+
+def test_state_dict_copy_of_a_parameter_outside_the_graph_is_untracked() -> None:
     torch.manual_seed(0)
-    encoder, head = nn.Linear(2, 4), nn.Linear(4, 1)
-    out = head(encoder(torch.randn(3, 2)).detach()).sum()
-    names = {**{f"encoder.{k}": v for k, v in encoder.state_dict().items()},
-             **{f"head.{k}": v for k, v in head.state_dict().items()}}
-    dot = make_dot(out, names)
+    model = DetachedEncoder()
+    out = model(torch.randn(3, 2)).sum()
+    dot = make_dot(out, model.state_dict())
     assert set(param_nodes(dot)) == {"head.weight", "head.bias"}
-    assert "encoder.weight" not in dot.unreached  # a detached copy: frozen or unreached, unknown
-    assert sorted(dot.untracked) == ["encoder.bias", "encoder.weight"]
+    # a detached copy of a parameter autograd never met: frozen or unreached, make_dot cannot
+    # tell, and says how to find out
+    assert dot.unreached == []
+    assert dot.untracked == ["encoder.weight", "encoder.bias"]
+    assert "state_dict(keep_vars=True)" in dot.source
+    kept = make_dot(out, model.state_dict(keep_vars=True))
+    assert kept.unreached == ["encoder.weight", "encoder.bias"] and kept.untracked == []
 
 
 def test_frozen_but_used_parameter_is_not_called_unreached() -> None:

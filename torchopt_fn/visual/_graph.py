@@ -71,6 +71,8 @@ _CLUSTER_LABELS = {
     _UNREACHED_CLUSTER: "not reached by the output: .grad stays None",
     _UNTRACKED_CLUSTER: "requires_grad=False: not tracked by autograd, .grad stays None",
 }
+_STATE_DICT_HINT = ("state_dict() holds detached copies, so a parameter outside the graph looks "
+                    "frozen: pass state_dict(keep_vars=True) to tell frozen from unreached")
 _NO_PATH = "no path to the output"
 
 
@@ -234,6 +236,7 @@ class _GraphBuilder:
         self._ids: dict[Any, str] = {}
         self._keep_alive: list[Any] = []
         self.drawn = 0
+        self.cluster_labels = dict(_CLUSTER_LABELS)
         self._fusion: Fusion | None = None
 
     # -- identifiers ---------------------------------------------------------------------------
@@ -425,6 +428,8 @@ class _GraphBuilder:
             if entry.leaf_id is None and entry.tensor.grad_fn in walked:
                 source = self._output_id(entry.tensor.grad_fn, entry.tensor.output_nr)
                 self.edges[(source, identifier)] = {"style": "dashed"}
+        if self.untracked and self.names.from_state_dict:
+            self.cluster_labels[_UNTRACKED_CLUSTER] += "\\n" + _STATE_DICT_HINT  # DOT line break
         for entry in self.untracked:
             self.nodes[self.node_id(("untracked", id(entry)))] = DisplayNode(
                 [entry.name, *_tensor_facts(entry.tensor)], ("untracked",), (entry.name,),
@@ -496,7 +501,7 @@ class _GraphBuilder:
     def _emit_cluster(self, dot: Any, module: str, members: dict[str | None, list[str]],
                       children: dict[str | None, list[str]]) -> None:
         with dot.subgraph(name=f"cluster_{module}") as cluster:
-            cluster.attr(label=_CLUSTER_LABELS.get(module, module), style="rounded,dashed",
+            cluster.attr(label=self.cluster_labels.get(module, module), style="rounded,dashed",
                          color="grey40")
             for identifier in members.get(module, ()):
                 self._emit_node(cluster, identifier)
