@@ -54,7 +54,8 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
     if not inplace:
         new_leaves = list(param_leaves)
         added = tree_math.add(targets, sources)
-        extend_optimizer_step(added, sources)
+        if tree_math.is_recording(sources):
+            extend_optimizer_step(added, sources)
         for i, new in zip(indices, added, strict=True):
             new_leaves[i] = new
         return tree_math.unflatten(spec, new_leaves)
