@@ -1,20 +1,29 @@
-"""Measures torchopt_fn.visual: node counts with and without fusion, and build/layout times.
+"""Measures torchopt_fn.visual: node counts with and without fusion, build and layout times.
 
-Run: ``python benchmarks/bench_visual.py`` (add ``--layout`` to also time Graphviz's layout of a
-feed-forward graph of about 1,000 nodes and of a short unrolled RNN).
+Run: ``python benchmarks/bench_visual.py --threads 1`` (``--timeout S`` bounds each Graphviz
+layout, 60 s by default; ``--sizes 200 1000`` picks the graph sizes).
 
 Prints
 * the number of drawn nodes for MAML inner loops (``MetaSGD`` and ``MetaAdam``, 2 and 20 steps)
   on a small MLP, with and without optimizer fusion, the number of autograd nodes behind them
   and the time to build the fused ``Digraph``;
-* the time to build the ``Digraph`` (no layout) for an RNN cell unrolled 2,000 steps
-  (> 20,000 autograd nodes), best of 3.
+* a table for an RNN cell unrolled until the picture has about 200, 1,000 and 3,000 nodes:
+  drawn nodes, the time ``make_dot`` takes to build the ``Digraph`` (best of 3) and the time
+  Graphviz's ``dot`` takes to lay it out to SVG, in three modes: ``large_graph=False`` (Graphviz's
+  defaults, the picture of torchviz and TorchOpt), the default (layout passes bounded by size),
+  ``large_graph=True`` (repeated steps collapsed, shared tensors drawn beside each reader) and
+  ``large_graph=True, collapse_repeats=False`` (every step drawn: what the mode does for a loop
+  whose steps differ). A layout that does not finish within the timeout is reported as
+  ``> S s`` and killed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import subprocess
 import time
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -24,6 +33,13 @@ from torch import nn
 import torchopt_fn
 from torchopt_fn.visual import make_dot
 from torchopt_fn.visual._autograd import walk
+
+# Drawn nodes per step of ``unrolled_rnn`` without the large-graph mode, and the fixed part.
+RNN_NODES_PER_STEP = 10
+RNN_FIXED_NODES = 9
+MODES = {"large_graph=False": {"large_graph": False}, "default": {},
+         "large_graph=True": {"large_graph": True},
+         "  without collapse": {"large_graph": True, "collapse_repeats": False}}
 
 
 def drawn_nodes(dot: object) -> int:
@@ -50,9 +66,9 @@ def maml_node_counts(optimizer: str, steps: int) -> None:
         snapshots.append(torchopt_fn.extract_state_dict(net, enable_visual=True,
                                                         visual_prefix=f"step{step}."))
     outer = F.mse_loss(net(x), y)
-    unfused = make_dot(outer, snapshots, fuse_optimizer=False)
-    fused = make_dot(outer, snapshots)
-    seconds = best_time(lambda: make_dot(outer, snapshots))
+    unfused = make_dot(outer, snapshots, fuse_optimizer=False, large_graph=False)
+    fused = make_dot(outer, snapshots, large_graph=False)
+    seconds = best_time(lambda: make_dot(outer, snapshots, large_graph=False))
     print(f"MAML, {steps} {optimizer} steps, MLP 4-16-1 (4 parameter tensors): "
           f"{len(walk([outer.grad_fn]))} autograd nodes; drawn nodes without fusion "
           f"{drawn_nodes(unfused)}, with fusion {drawn_nodes(fused)} "
@@ -69,38 +85,52 @@ def unrolled_rnn(steps: int) -> tuple[torch.Tensor, nn.RNNCell]:
     return h, cell
 
 
-def rnn_build_time() -> None:
-    h, cell = unrolled_rnn(2000)
-    nodes = len(walk([h.grad_fn]))
-    params = dict(cell.named_parameters())
-    seconds = best_time(lambda: make_dot(h, params))
-    print(f"RNN cell unrolled 2,000 steps ({nodes} autograd nodes): make_dot builds the "
-          f"Digraph in {seconds:.2f} s (best of 3, no layout)")
+def layout_seconds(source: str, timeout: float) -> float | None:
+    """Seconds Graphviz's ``dot`` takes to lay ``source`` out to SVG; ``None`` after ``timeout``."""
+    start = time.perf_counter()
+    try:
+        subprocess.run(["dot", "-Tsvg", "-o", "/dev/null"], input=source.encode(), check=True,
+                       timeout=timeout, capture_output=True)
+    except subprocess.TimeoutExpired:
+        return None
+    return time.perf_counter() - start
 
 
-def layout_time() -> None:
-    # Layout cost depends on shape more than size: a weight shared by every step of an unrolled
-    # loop gives long edges across all ranks, which Graphviz's dot handles super-linearly.
-    torch.manual_seed(0)
-    deep = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(150)])
-    feed_forward = make_dot(deep(torch.randn(2, 8)).sum(), deep.named_parameters())
-    h, cell = unrolled_rnn(20)
-    recurrent = make_dot(h, dict(cell.named_parameters()))
-    for what, dot in (("MLP, 150 layers", feed_forward), ("RNN cell, 20 steps", recurrent)):
-        seconds = best_time(lambda dot=dot: dot.pipe(format="svg"), repeats=1)
-        print(f"Graphviz layout to SVG, {what} ({drawn_nodes(dot)} drawn nodes): {seconds:.1f} s")
+def rnn_table(sizes: list[int], timeout: float) -> None:
+    print(f"\nRNN cell unrolled (8 features); layout = dot -Tsvg, killed after {timeout:.0f} s")
+    print(f"{'target':>7} {'steps':>6} {'autograd':>9}  {'mode':<18} {'drawn':>6} "
+          f"{'build':>8} {'layout':>9}")
+    for size in sizes:
+        steps = max(1, (size - RNN_FIXED_NODES) // RNN_NODES_PER_STEP)
+        h, cell = unrolled_rnn(steps)
+        params = dict(cell.named_parameters())
+        autograd = len(walk([h.grad_fn]))
+        for mode, options in MODES.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the default mode warns above 500 nodes
+                dot = make_dot(h, params, **options)
+                build = best_time(functools.partial(make_dot, h, params, **options))
+            seconds = layout_seconds(dot.source, timeout)
+            layout = f"> {timeout:.0f} s" if seconds is None else f"{seconds:.1f} s"
+            print(f"{size:>7} {steps:>6} {autograd:>9}  {mode:<18} {drawn_nodes(dot):>6} "
+                  f"{build * 1e3:>5.0f} ms {layout:>9}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layout", action="store_true", help="also time Graphviz's layout")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000, 3000],
+                        help="drawn nodes of the unrolled RNN without the large-graph mode")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds after which a Graphviz layout is killed")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads (default: leave PyTorch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for optimizer in ("MetaSGD", "MetaAdam"):
         for steps in (2, 20):
             maml_node_counts(optimizer, steps)
-    rnn_build_time()
-    if args.layout:
-        layout_time()
+    rnn_table(args.sizes, args.timeout)
 
 
 if __name__ == "__main__":

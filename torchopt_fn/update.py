@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from optax_compat._src.building_blocks import tree_math
+from torchopt_fn._graph_tags import extend_optimizer_step
 from torchopt_fn.typing import Params, Updates
 
 __all__ = ["apply_updates"]
@@ -22,7 +23,9 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
     see the addition (grad mode on, and the update requires grad or the parameter is itself the
     output of a differentiable step), the in-place addition is recorded in the graph; TorchOpt
     adds to ``p.data`` there instead, which silently cuts the meta-gradient. An autograd leaf
-    that requires grad cannot be updated in place within a graph: that case raises.
+    that requires grad cannot be updated in place within a graph: that case raises. New
+    parameters computed from the updates of a tagged optimizer step join that step, so the
+    visualizer draws the addition inside each parameter's step.
 
     Args:
       params: a tree of parameters.
@@ -51,7 +54,10 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
     sources = [update_leaves[i] for i in indices]
     if not inplace:
         new_leaves = list(param_leaves)
-        for i, new in zip(indices, tree_math.add(targets, sources), strict=True):
+        added = tree_math.add(targets, sources)
+        if tree_math.is_recording(sources):
+            extend_optimizer_step(added, sources)
+        for i, new in zip(indices, added, strict=True):
             new_leaves[i] = new
         return tree_math.unflatten(spec, new_leaves)
     traced = [_needs_graph(p, u) for p, u in zip(targets, sources, strict=True)]
@@ -68,4 +74,5 @@ def apply_updates(params: Params, updates: Updates, *, inplace: bool = True) -> 
                 "an update that is part of an autograd graph: the meta-gradient would be lost. "
                 "Use apply_updates(..., inplace=False) to differentiate through the update.")
         param.add_(update)
+        extend_optimizer_step([param], [update])
     return params

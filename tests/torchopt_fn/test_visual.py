@@ -252,10 +252,10 @@ def test_several_outputs_as_pytree_and_view_base() -> None:
     dot = make_dot({"row": row, "total": (w.sum(),)}, {"w": w})
     _, edges = parse_dot(dot)
     outputs = nodes_of(dot, "output")
-    assert sorted(a["lines"][-1] for a in outputs.values()) == ["()", "(3)"]
+    assert sorted(a["lines"] for a in outputs.values()) == [["row", "(3)"], ["total[0]", "()"]]
     (base_id, base), = nodes_of(dot, "view_base").items()
     assert base["fillcolor"] == "darkolivegreen3" and base["lines"] == ["(4, 3)"]
-    row_id = next(i for i, a in outputs.items() if a["lines"] == ["(3)"])
+    row_id = next(i for i, a in outputs.items() if a["lines"] == ["row", "(3)"])
     assert (base_id, row_id, {"style": "dotted"}) in edges
     assert len(nodes_of(dot, "backward")) == count_autograd_nodes([row, y, w.sum()])
 
@@ -361,13 +361,14 @@ def test_connected_model_has_nothing_unreached() -> None:
     assert dot.unreached == [] and not nodes_of(dot, "unreached")
 
 
-def test_frozen_parameter_is_unreached_and_says_why() -> None:
+def test_frozen_parameter_is_untracked_and_says_why() -> None:
     net = TwoTower(detach=False)
     net.encoder.weight.requires_grad_(False)
     dot = make_dot(net(torch.randn(2, 3)).sum(), net.named_parameters())
-    assert dot.unreached == ["encoder.weight"]
-    (red,) = nodes_of(dot, "unreached").values()
-    assert "requires_grad=False" in red["lines"]
+    assert dot.unreached == [] and dot.untracked == ["encoder.weight"]
+    (frozen,) = nodes_of(dot, "untracked").values()
+    assert "requires_grad=False" in frozen["lines"]
+    assert "subgraph cluster_untracked" in dot.source
 
 
 # -- large graphs ------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def test_20000_node_rnn_builds_without_recursion_error() -> None:
         h = torch.tanh(cell(x, h) * 0.5 + 0.1) - 0.01
     count = count_autograd_nodes([h])
     assert count >= 20000
-    dot = make_dot(h, dict(cell.named_parameters()))
+    dot = make_dot(h, dict(cell.named_parameters()), large_graph=False)
     assert sum("class=backward" in line for line in dot.body) == count
     named = [line for line in dot.body if "class=param" in line]
     assert sorted(line.split('"')[1].split("\\n")[0] for line in named) == [

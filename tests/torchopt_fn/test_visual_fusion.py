@@ -158,8 +158,9 @@ def test_fusion_without_names_uses_plum_nodes() -> None:
     assert len(fused) == 2 * len(names)
     assert all(a["fillcolor"] == "plum" and "param" not in a["classes"] for a in fused.values())
     assert all(a["lines"][-1].endswith("autograd nodes]") for a in fused.values())
-    shapes = sorted(a["lines"][1] for a in fused.values())
-    assert shapes == sorted(["(8, 4)", "(8)", "(1, 8)", "(1)"] * 2)
+    # unnamed, each step is labelled with the new parameter's position in the tagged list
+    assert sorted(a["lines"][1:3] for a in fused.values()) == sorted(
+        [["[0]", "(8, 4)"], ["[1]", "(8)"], ["[2]", "(1, 8)"], ["[3]", "(1)"]] * 2)
 
 
 def test_node_shared_by_all_parameters_stays_visible() -> None:
@@ -188,7 +189,7 @@ def test_step_tagged_inside_another_step_is_part_of_it() -> None:
     tag_optimizer_step(new, ([old], [grad]), "MetaAdam step 1")
     dot = make_dot(new[0].sum())
     (fused,) = nodes_of(dot, "fused").values()
-    assert fused["lines"] == ["MetaAdam step 1", "(3)", "[3 autograd nodes]"]
+    assert fused["lines"] == ["MetaAdam step 1", "[0]", "(3)", "[3 autograd nodes]"]
     assert fused["tooltip"] == "1 x AddBackward0, 1 x MulBackward0, 1 x SqrtBackward0"
     assert 'title="1 x AddBackward0' in dot.pipe(format="svg").decode()
     assert_well_formed(dot)

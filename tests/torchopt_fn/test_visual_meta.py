@@ -125,15 +125,16 @@ def test_initial_moments_are_drawn_inside_the_first_step(inner_loop: str) -> Non
 
 def test_functional_update_steps_fuse_per_parameter() -> None:
     outer, snapshots = functional_maml()
-    dot = make_dot(outer, snapshots)
+    dot = make_dot(outer)
     assert_well_formed(dot)
     fused = nodes_of(dot, "fused")
-    assert sorted(a["lines"][:2] for a in fused.values()) == sorted(
-        [f"adam step {s}", SHAPES[n]] for s in (1, 2) for n in NAMES)
+    # unnamed, each step is labelled with the key of its parameter in the params dict
+    assert sorted(a["lines"][:3] for a in fused.values()) == sorted(
+        [f"adam step {s}", n, SHAPES[n]] for s in (1, 2) for n in NAMES)
     assert all(a["fillcolor"] == "plum" for a in fused.values())
     assert dot.unreached == []
     unfused = make_dot(outer, snapshots, fuse_optimizer=False)
-    assert drawn(dot) < drawn(unfused)
+    assert drawn(make_dot(outer, snapshots)) < drawn(unfused)
 
 
 @pytest.mark.parametrize("fuse", [False, True])

@@ -60,6 +60,29 @@ def walk(roots: Iterable[Node]) -> list[Node]:
     return order
 
 
+def reached_outputs(roots: Iterable[tuple[Node, int]]) -> set[tuple[Node, int]]:
+    """Every output ``(node, output_nr)`` that the outputs ``roots`` are computed from.
+
+    Exact where the node walk is not: an output of a shared node (one half of ``w.split(2)``,
+    one parameter of a ``torch._foreach_*`` update) that nothing reads is not included.
+    """
+    reached: set[tuple[Node, int]] = set()
+    expanded: set[Node] = set()
+    stack = list(roots)
+    while stack:
+        output = stack.pop()
+        if output in reached:
+            continue
+        reached.add(output)
+        node, output_nr = output
+        if foreach_output_count(node):
+            stack.extend(output_inputs(node, output_nr))
+        elif node not in expanded:
+            expanded.add(node)
+            stack.extend(child for child in node.next_functions if child[0] is not None)
+    return reached
+
+
 def output_inputs(node: Node, output_nr: int) -> list[tuple[Node, int]]:
     """The inputs ``(grad_fn, output_nr)`` that output ``output_nr`` of ``node`` depends on."""
     return [node.next_functions[i] for i in input_indices(node, output_nr)

@@ -44,19 +44,24 @@ class GradientGraph(graphviz.Digraph):
     Attributes:
       unreached: Names of the ``params`` that the outputs do not depend on: after
         ``backward()`` their ``.grad`` stays ``None``.
+      untracked: Names of the ``params`` that do not require grad and alias no tensor of the
+        graph (frozen parameters, buffers, detached copies): autograd does not record where
+        they are used, so whether the outputs depend on them is unknown.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.unreached: list[str] = []
+        self.untracked: list[str] = []
 
     pipe = _explain_missing_dot(graphviz.Digraph.pipe)
     render = _explain_missing_dot(graphviz.Digraph.render)
 
     def copy(self) -> GradientGraph:
-        """A copy of the graph, its attributes and its ``unreached`` list."""
+        """A copy of the graph, its attributes and its ``unreached`` and ``untracked`` lists."""
         duplicate = super().copy()
         duplicate.unreached = list(self.unreached)
+        duplicate.untracked = list(self.untracked)
         return duplicate
 
 

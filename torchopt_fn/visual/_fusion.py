@@ -37,6 +37,7 @@ class FusedStep:
       label: The tag's label, e.g. ``"MetaAdam step 1"``.
       node: The tagged ``grad_fn`` (of the new parameter).
       output_nr: Which output of ``node`` the new parameter is.
+      parameter: The parameter's name or path the step was tagged with, if any.
       members: How many autograd nodes of each type it stands for (a foreach node shared by
         several parameters counts for each of them).
     """
@@ -44,11 +45,14 @@ class FusedStep:
     label: str
     node: Node
     output_nr: int
+    parameter: str | None = None
     members: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
 # Marks an output claimed by more than one step; also marks a foreach node split per output.
 _SHARED = object()
+# Backward nodes of additions, as in ``param - lr * grad`` or ``apply_updates``.
+_ADDITIONS = ("AddBackward", "SubBackward", "ForeachAddBackward", "ForeachSubBackward")
 
 
 class Fusion:
@@ -66,7 +70,8 @@ class Fusion:
         for node in nodes:
             tag = optimizer_step_tag(node)
             for output_nr in sorted(tag.output_nrs) if tag is not None else ():
-                step = FusedStep(label=tag.label, node=node, output_nr=output_nr)
+                step = FusedStep(label=tag.label, node=node, output_nr=output_nr,
+                                 parameter=tag.names.get(output_nr))
                 if tag.boundary not in before:
                     before[tag.boundary] = set(walk(tag.boundary))
                 walks.append((step, _walk_step(step, before[tag.boundary], tag.own_leaves,
@@ -149,8 +154,24 @@ def _walk_step(step: FusedStep, before: set[Node], own_leaves: frozenset[Node],
             leaf = leaf_variable(node)
             if (child in visited or node in before or child in names.by_output
                     or (leaf is not None and (node not in own_leaves
-                                              or names.leaf_name(leaf) is not None))):
+                                              or names.leaf_names(leaf)))):
                 continue
             visited.add(child)
             stack.append(child)
     return visited
+
+
+def looks_like_optimizer_steps(nodes: list[Node]) -> bool:
+    """Whether an untagged graph seems to hold differentiable optimizer steps.
+
+    It does when it holds a gradient computed with ``create_graph=True`` (a backward-of-backward
+    node) or a ``torch._foreach_*`` node, and an addition that reads a leaf tensor directly, as
+    ``param - lr * grad`` and ``apply_updates`` do.
+    """
+    names = {node: node_name(node) for node in nodes}
+    if not any("BackwardBackward" in name or name.startswith("Foreach")
+               for name in names.values()):
+        return False
+    return any(name.startswith(_ADDITIONS) and any(
+        child is not None and leaf_variable(child) is not None for child, _ in node.next_functions)
+        for node, name in names.items())

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
+import optree
 import torch
 from torch.autograd.graph import Node
 
 from optax_compat._src.building_blocks import tree_math
+from torchopt_fn._graph_tags import path_name
 from torchopt_fn.typing import TensorTree
+from torchopt_fn.visual import _large
 from torchopt_fn.visual._autograd import (
     FREED,
     Freed,
@@ -19,11 +22,13 @@ from torchopt_fn.visual._autograd import (
     leaf_variable,
     node_name,
     output_shape,
+    reached_outputs,
     saved_values,
     walk,
 )
 from torchopt_fn.visual._digraph import GradientGraph, resize_graph
-from torchopt_fn.visual._fusion import FusedStep, Fusion
+from torchopt_fn.visual._display import DisplayNode, Edges
+from torchopt_fn.visual._fusion import FusedStep, Fusion, looks_like_optimizer_steps
 from torchopt_fn.visual._params import NamedParameter, ParameterNames
 
 # How each kind of node is drawn, and what it means (the legend of the picture).
@@ -36,7 +41,10 @@ NODE_STYLES: dict[str, dict[str, str]] = {
     "view_base": {"fillcolor": "darkolivegreen3"},
     "fused": {"fillcolor": "plum", "shape": "box3d"},
     "unreached": {"fillcolor": "red", "fontcolor": "white"},
+    "untracked": {"fillcolor": "lightyellow"},
     "collapsed": {"fillcolor": "white", "style": "filled,dashed"},
+    "repeated": {"fillcolor": "khaki", "shape": "box3d"},
+    "copy": {"style": "filled,dashed"},
 }
 NODE_MEANINGS: dict[str, str] = {
     "backward": "backward function (autograd node)",
@@ -46,23 +54,26 @@ NODE_MEANINGS: dict[str, str] = {
     "output": "output tensor passed to make_dot",
     "view_base": "base tensor of an output that is a view (dotted edge)",
     "fused": "one optimizer step for one parameter (fuse_optimizer=True)",
-    "unreached": "parameter in params that the output does not reach (.grad stays None)",
+    "unreached": "tensor in params that the output does not reach (.grad stays None)",
+    "untracked": "tensor in params that does not require grad (frozen parameter, buffer or "
+                 "detached copy): autograd does not track it",
     "collapsed": "nodes beyond max_depth",
+    "repeated": "a step repeated several times in a row, drawn once with the count "
+                "(large_graph=True)",
+    "copy": "a tensor read by many nodes, drawn again beside each reader (large_graph=True)",
 }
 
 _NODE_ATTR = {"style": "filled", "shape": "box", "fontsize": "10", "ranksep": "0.1",
               "height": "0.2", "fontname": "monospace"}
 _UNREACHED_CLUSTER = "unreached"
-
-
-@dataclasses.dataclass
-class _DisplayNode:
-    lines: list[str]
-    kinds: tuple[str, ...]
-    param_names: tuple[str, ...] = ()
-    module: str | None = None
-    owner: str | None = None  # for a saved tensor, the node that saved it
-    tooltip: str | None = None
+_UNTRACKED_CLUSTER = "untracked"
+_CLUSTER_LABELS = {
+    _UNREACHED_CLUSTER: "not reached by the output: .grad stays None",
+    _UNTRACKED_CLUSTER: "requires_grad=False: not tracked by autograd, .grad stays None",
+}
+_STATE_DICT_HINT = ("state_dict() holds detached copies, so a parameter outside the graph looks "
+                    "frozen: pass state_dict(keep_vars=True) to tell frozen from unreached")
+_NO_PATH = "no path to the output"
 
 
 def make_dot(
@@ -75,6 +86,9 @@ def make_dot(
     fuse_optimizer: bool = True,
     cluster_by_module: bool = False,
     max_depth: int | None = None,
+    large_graph: bool | None = None,
+    collapse_repeats: bool | None = None,
+    legend: bool = False,
 ) -> GradientGraph:
     """Draws the autograd graph behind ``var`` with Graphviz.
 
@@ -83,14 +97,19 @@ def make_dot(
     an output that is a view dark green, joined by a dotted edge. With ``fuse_optimizer`` the
     nodes of each differentiable optimizer step (tagged by ``torchopt_fn``'s meta-optimizers and
     functional updates) become one 3-D box per parameter and step, light blue when the new
-    parameter is named in ``params`` and plum otherwise. Parameters in ``params``
-    that the outputs do not reach are drawn red in their own cluster and listed in
-    ``.unreached``. Building the graph never runs Graphviz; rendering does.
+    parameter is named in ``params`` and plum otherwise, labelled with the parameter's name.
+    Tag your own optimizer loop with :func:`tag_optimizer_step` to fuse its steps too. Tensors
+    in ``params`` that the outputs do not reach are drawn red and listed in ``.unreached``;
+    those autograd does not track (``requires_grad=False``) are drawn pale yellow and listed in
+    ``.untracked``. Building the graph never runs Graphviz; rendering does.
 
     Args:
-      var: Output tensor, or any pytree of output tensors.
-      params: Names for tensors: a dict name -> tensor, an iterable of ``(name, tensor)`` pairs
-        (``module.named_parameters()``), a ``ModuleState`` from
+      var: Output tensor, or any pytree of output tensors; outputs in a dict or a sequence are
+        labelled with their key or position (``"loss"``, ``"aux[0]"``).
+      params: Names for tensors: a dict name -> tensor (``module.state_dict()`` works: its
+        detached copies name the parameters they alias), an iterable of ``(name, tensor)``
+        pairs (``module.named_parameters()``; pass ``remove_duplicate=False`` to see every name
+        of a tied weight), a ``ModuleState`` from
         ``extract_state_dict(..., enable_visual=True, visual_prefix=...)``, or a list of these.
       show_attrs: Show the non-tensor attributes backward functions saved (``_saved_*``).
       show_saved: Show the tensors built-in backward functions saved (those of custom
@@ -99,17 +118,33 @@ def make_dot(
         ``...``.
       fuse_optimizer: Draw each optimizer step as one node per parameter.
       cluster_by_module: Group nodes in one Graphviz cluster per module prefix of the parameter
-        names (``encoder.fc.weight`` -> ``encoder.fc``).
+        names (``encoder.fc.weight`` -> ``encoder.fc``), nested as the modules are
+        (``self_attn.out_proj`` inside ``self_attn``).
       max_depth: If given, draw only nodes at most this many edges from an output; the rest
-        become one dashed node saying how many were left out.
+        become one dashed node saying how many were left out. A parameter stays with its
+        ``AccumulateGrad`` node.
+      large_graph: Draw for a fast layout: repeated steps of an unrolled loop become one node
+        with a count, a tensor read by many nodes is drawn beside each reader, and Graphviz's
+        layout passes are bounded. ``None`` (the default) bounds the passes of graphs with
+        many nodes and warns above ``LARGE_GRAPH_NODES`` nodes; ``False`` changes nothing.
+      collapse_repeats: Whether the large-graph mode collapses repeated steps; ``False``
+        draws every step (defaults to ``large_graph``).
+      legend: Add a box explaining the colours the picture uses.
 
     Returns:
-      A :class:`GradientGraph` (a :class:`graphviz.Digraph`) whose ``unreached`` lists the
-      names of unreached parameters.
+      A :class:`GradientGraph` (a :class:`graphviz.Digraph`) whose ``unreached`` and
+      ``untracked`` list the names of unreached and untracked ``params``.
 
     Raises:
-      TypeError: if ``var`` has a leaf that is not a tensor or ``params`` has an unknown form.
-      ValueError: if ``max_depth`` is negative.
+      TypeError: if ``var`` has a leaf that is not a tensor, or ``params`` has an unknown form,
+        holds bare tensors (``module.parameters()``) or is a dict tensor -> name.
+      ValueError: if ``var`` holds no tensor or ``max_depth`` is negative.
+
+    Warns:
+      UserWarning: for outputs that do not require grad (nothing to draw behind them), a
+        ``params`` iterator that yields nothing (a consumed generator), a graph above
+        ``LARGE_GRAPH_NODES`` nodes, and, once, for a graph that seems to hold optimizer steps
+        none of which is tagged when ``fuse_optimizer`` is on.
     """
     if max_depth is not None and max_depth < 0:
         raise ValueError(f"make_dot: max_depth must be >= 0, got {max_depth}")
@@ -117,24 +152,63 @@ def make_dot(
     builder = _GraphBuilder(ParameterNames(params), show_attrs, show_saved, max_attr_chars)
     builder.add_outputs(outputs)
     nodes = walk(builder.roots)
+    builder.find_reached(nodes)
     fusion = Fusion(nodes, builder.names) if fuse_optimizer else None
+    if fusion is not None and not fusion.steps and looks_like_optimizer_steps(nodes):
+        warnings.warn(_UNTAGGED_NOTICE, stacklevel=2)
     builder.add_backward_nodes(nodes, fusion)
-    unreached = builder.add_unreached(nodes)
+    builder.add_unreached(nodes)
     if cluster_by_module:
         builder.assign_modules()
-    dot = builder.emit(max_depth)
-    dot.unreached = unreached
+    if collapse_repeats if collapse_repeats is not None else large_graph:
+        builder.nodes, builder.edges = _large.collapse_repeats(builder.nodes, builder.edges,
+                                                                 builder.node_id)
+    if large_graph:
+        builder.nodes, builder.edges = _large.copy_shared_nodes(builder.nodes, builder.edges,
+                                                                  builder.node_id)
+    dot = builder.emit(max_depth, legend)
+    if large_graph is not False:
+        dot.graph_attr.update(_large.layout_attributes(builder.drawn))
+    if large_graph is None and builder.drawn > _large.LARGE_GRAPH_NODES:
+        warnings.warn(
+            f"make_dot: {builder.drawn} nodes to draw; Graphviz's layout may take minutes. Pass "
+            "large_graph=True (repeated steps drawn once with a count, a fast layout), or "
+            "max_depth=N to draw only the nodes near the output, or large_graph=False to keep "
+            "this picture and silence this warning.", stacklevel=2)
+    dot.unreached = [entry.name for entry in builder.unreached]
+    dot.untracked = [entry.name for entry in builder.untracked]
     resize_graph(dot)
     return dot
 
 
-def _output_tensors(var: Any) -> list[torch.Tensor]:
-    outputs = tree_math.leaves(var)
+_UNTAGGED_NOTICE = (
+    "make_dot: fuse_optimizer=True found no tagged optimizer step, but this graph seems to hold "
+    "some (a gradient taken with create_graph=True, added to a parameter). Steps of torchopt_fn's "
+    "optimizers are tagged; tag your own loop after each step with "
+    "torchopt_fn.visual.tag_optimizer_step(new_params, (params, grads), 'sgd step', step=i) "
+    "to draw each step as one node per parameter.")
+
+
+def _output_tensors(var: Any) -> list[tuple[str, torch.Tensor]]:
+    """The output tensors with their names (paths in ``var``); checks there is something to
+    draw behind them."""
+    paths, outputs, _ = optree.tree_flatten_with_path(var, none_is_leaf=tree_math.NONE_IS_LEAF,
+                                                      namespace=tree_math.NAMESPACE)
+    if not outputs:
+        raise ValueError(f"make_dot: `var` holds no output tensor (got {type(var).__name__}); "
+                         "pass the tensor to draw the graph of, e.g. the loss")
     for leaf in outputs:
         if not isinstance(leaf, torch.Tensor):
             raise TypeError(f"make_dot: `var` must be a tensor or a pytree of tensors; found a "
                             f"{type(leaf).__name__} leaf")
-    return outputs
+    named = [(path_name(path), leaf) for path, leaf in zip(paths, outputs, strict=True)]
+    constant = [name or "the output" for name, leaf in named if not leaf.requires_grad]
+    if constant:
+        warnings.warn(
+            f"make_dot: {', '.join(map(repr, constant))} does not require grad, so no autograd "
+            "graph leads to it: was it computed under torch.no_grad(), detached, or from "
+            "tensors that do not require grad?", stacklevel=3)
+    return named
 
 
 class _GraphBuilder:
@@ -147,16 +221,28 @@ class _GraphBuilder:
         self.show_saved = show_saved
         self.max_attr_chars = max(max_attr_chars, 3)
         self.roots: list[Node] = []
-        self.nodes: dict[str, _DisplayNode] = {}
-        self.edges: dict[tuple[str, str], dict[str, str]] = {}
+        self._output_edges: list[tuple[Node, int]] = []
+        self._output_leaves: list[torch.Tensor] = []
+        # Output tensors (and view bases) by node, with the names of the outputs they are.
+        self._output_nodes: dict[str, tuple[torch.Tensor, list[str]]] = {}
+        self.reached: set[tuple[Node, int]] = set()
+        self._reached_entries: set[int] = set()
+        self._graph_entries: set[int] = set()
+        self.unreached: list[NamedParameter] = []
+        self.untracked: list[NamedParameter] = []
+        self._drawn_entries: set[int] = set()
+        self.nodes: dict[str, DisplayNode] = {}
+        self.edges: Edges = {}
         self._ids: dict[Any, str] = {}
         self._keep_alive: list[Any] = []
-        self._reached_leaves: set[int] = set()
+        self.drawn = 0
+        self.cluster_labels = dict(_CLUSTER_LABELS)
         self._fusion: Fusion | None = None
 
     # -- identifiers ---------------------------------------------------------------------------
 
-    def _id(self, key: Any) -> str:
+    def node_id(self, key: Hashable) -> str:
+        """The node identifier of ``key``, a new one the first time."""
         identifier = self._ids.get(key)
         if identifier is None:
             identifier = self._ids[key] = f"n{len(self._ids)}"
@@ -164,43 +250,82 @@ class _GraphBuilder:
 
     def _tensor_id(self, tensor: torch.Tensor) -> str:
         self._keep_alive.append(tensor)  # so that its id is not reused while we draw
-        return self._id(("tensor", id(tensor)))
+        return self.node_id(("tensor", id(tensor)))
 
     def _output_id(self, node: Node, output_nr: int) -> str:
         step = self._fusion.output_owner(node, output_nr) if self._fusion else None
-        return self._id(step) if step is not None else self._id(node)
+        return self.node_id(step) if step is not None else self.node_id(node)
 
     def _input_reader_ids(self, node: Node, input_index: int) -> list[str]:
         steps = self._fusion.input_owners(node, input_index) if self._fusion else None
-        return [self._id(step) for step in steps] if steps is not None else [self._id(node)]
+        return [self.node_id(step) for step in steps] if steps is not None else [self.node_id(node)]
 
     # -- tensors -------------------------------------------------------------------------------
 
-    def _tensor_node(self, tensor: torch.Tensor, kind: str) -> _DisplayNode:
-        entry = (self.names.leaf_name(tensor) if tensor.grad_fn is None
-                 else self.names.by_output.get((tensor.grad_fn, tensor.output_nr)))
-        if entry is None:
-            return _DisplayNode([_shape(tensor.shape)], (kind,))
-        return _DisplayNode([entry.name, _shape(tensor.shape)], (kind,), (entry.name,))
+    def _tensor_entries(self, tensor: torch.Tensor) -> list[NamedParameter]:
+        if tensor.grad_fn is None:
+            return self.names.leaf_names(tensor)
+        return self.names.by_output.get((tensor.grad_fn, tensor.output_nr), [])
 
-    def add_outputs(self, outputs: list[torch.Tensor]) -> None:
-        for tensor in outputs:
-            self._add_tensor(tensor, "output")
+    def _named_display(self, entries: list[NamedParameter], lines: list[str],
+                       kinds: tuple[str, ...], reached: bool, **fields: Any) -> DisplayNode:
+        """A node that shows ``entries``; drawn red when the outputs do not reach it."""
+        names = tuple(entry.name for entry in entries)
+        if entries and not reached:
+            kinds = (*kinds, "unreached")
+            lines = [*lines, _NO_PATH]
+            self._drawn_entries.update(map(id, entries))
+        return DisplayNode(lines, kinds, names, **fields)
+
+    def _tensor_node(self, tensor: torch.Tensor, kind: str,
+                     output_names: tuple[str, ...] = ()) -> DisplayNode:
+        entries = self._tensor_entries(tensor)
+        reached = all(id(entry) in self._reached_entries for entry in entries)
+        lines = [*output_names, *(e.name for e in entries), _shape(tensor.shape)]
+        return self._named_display(entries, lines, (kind,), reached)
+
+    def add_outputs(self, outputs: list[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in outputs:
+            identifier = self._add_tensor(tensor, "output")
+            if name:
+                self._output_nodes[identifier][1].append(name)
 
     def _add_tensor(self, tensor: torch.Tensor, kind: str) -> str:
         identifier = self._tensor_id(tensor)
         if identifier in self.nodes:
             return identifier
-        self.nodes[identifier] = self._tensor_node(tensor, kind)
+        self.nodes[identifier] = DisplayNode([], (kind,))  # labelled by find_reached
+        self._output_nodes[identifier] = (tensor, [])
         if tensor.grad_fn is not None:
             self.roots.append(tensor.grad_fn)
+            self._output_edges.append((tensor.grad_fn, tensor.output_nr))
             self.edges[(("grad_fn", tensor.grad_fn, tensor.output_nr), identifier)] = {}
         elif tensor.requires_grad:
-            self._reached_leaves.add(id(tensor))
+            self._output_leaves.append(tensor)
         if tensor._is_view():
             base = self._add_tensor(tensor._base, "view_base")
             self.edges[(base, identifier)] = {"style": "dotted"}
         return identifier
+
+    def find_reached(self, nodes: list[Node]) -> None:
+        """Finds which named tensors the outputs reach, then labels the output nodes."""
+        self.reached = reached_outputs(self._output_edges)
+        for leaf in [*self._output_leaves, *_leaves(node for node, _ in self.reached)]:
+            self._reached_entries.update(map(id, self.names.leaf_names(leaf)))
+        for output in self.reached:
+            self._reached_entries.update(map(id, self.names.by_output.get(output, ())))
+        for leaf in [*self._output_leaves, *_leaves(nodes)]:
+            self._graph_entries.update(map(id, self.names.leaf_names(leaf)))
+        for entry in self.names.parameters:
+            if id(entry) in self._reached_entries:
+                continue
+            if entry.is_alias and id(entry) not in self._graph_entries:
+                self.untracked.append(entry)
+            else:
+                self.unreached.append(entry)
+        for identifier, (tensor, names) in self._output_nodes.items():
+            self.nodes[identifier] = self._tensor_node(tensor, self.nodes[identifier].kinds[0],
+                                                       tuple(names))
 
     # -- backward functions --------------------------------------------------------------------
 
@@ -230,25 +355,27 @@ class _GraphBuilder:
         self.edges = resolved
 
     def _add_step(self, step: FusedStep) -> None:
+        entries = self.names.by_output.get((step.node, step.output_nr), [])
         lines = [step.label]
         kinds: tuple[str, ...] = ("fused",)
-        entry = self.names.by_output.get((step.node, step.output_nr))
-        names: tuple[str, ...] = ()
-        if entry is None:
-            lines.append(_shape(output_shape(step.node, step.output_nr)))
-        else:
-            lines += [entry.name, _shape(entry.tensor.shape)]
+        if entries:
+            lines += [entry.name for entry in entries]
             kinds = ("fused", "param")
-            names = (entry.name,)
-        lines.append(f"[{step.members.total()} autograd nodes]")
+        elif step.parameter:
+            lines.append(step.parameter)
+        lines += [_shape(output_shape(step.node, step.output_nr)),
+                  f"[{step.members.total()} autograd nodes]"]
         tooltip = ", ".join(f"{count} x {name}" for name, count in sorted(step.members.items()))
-        self.nodes[self._id(step)] = _DisplayNode(lines, kinds, names, tooltip=tooltip)
+        self.nodes[self.node_id(step)] = self._named_display(
+            entries, lines, kinds, (step.node, step.output_nr) in self.reached, tooltip=tooltip)
 
     def _add_backward(self, node: Node) -> None:
-        identifier = self._id(node)
+        identifier = self.node_id(node)
         lines = [node_name(node)]
         kinds: tuple[str, ...] = ("backward",)
-        named = self.names.by_node.get(node, [])
+        # A name on an output that nothing reads gets its own red node (see add_unreached).
+        named = [entry for entry in self.names.by_node.get(node, [])
+                 if id(entry) in self._reached_entries]
         if named:
             kinds = ("backward", "param")
             for entry in named:
@@ -256,12 +383,12 @@ class _GraphBuilder:
         saved = saved_values(node) if self.show_attrs or self.show_saved else []
         if self.show_attrs:
             lines += _attribute_table(saved, self.max_attr_chars, len(lines[0]))
-        self.nodes[identifier] = _DisplayNode(lines, kinds, tuple(e.name for e in named))
+        self.nodes[identifier] = DisplayNode(lines, kinds, tuple(e.name for e in named))
         variable = leaf_variable(node)
         if variable is not None:
-            self._reached_leaves.add(id(variable))
             tensor_id = self._tensor_id(variable)
             self.nodes[tensor_id] = self._tensor_node(variable, "param")
+            self.nodes[identifier].leaf = tensor_id
             self.edges[(tensor_id, identifier)] = {}
         if self.show_saved:
             for attr, value in saved:
@@ -277,35 +404,36 @@ class _GraphBuilder:
         else:
             return
         for label, tensor in tensors:
-            identifier = self._id(("saved", owner, label))
+            identifier = self.node_id(("saved", owner, label))
             if isinstance(tensor, Freed):
-                display = _DisplayNode([label, str(FREED)], ("freed",), owner=owner)
+                display = DisplayNode([label, str(FREED)], ("freed",), owner=owner)
             else:
-                display = _DisplayNode([label, _shape(tensor.shape)], ("saved",), owner=owner)
+                display = DisplayNode([label, _shape(tensor.shape)], ("saved",), owner=owner)
             self.nodes[identifier] = display
             self.edges[(owner, identifier)] = {"dir": "none"}
 
     # -- diagnosis -----------------------------------------------------------------------------
 
-    def add_unreached(self, nodes: list[Node]) -> list[str]:
-        reached_nodes = set(nodes)
-        unreached = [entry for entry in self.names.parameters
-                     if not self._is_reached(entry, reached_nodes)]
-        for entry in unreached:
-            lines = [entry.name]
-            if entry.tensor is not None:
-                lines.append(_shape(entry.tensor.shape))
-                if not entry.tensor.requires_grad:
-                    lines.append("requires_grad=False")
-            lines.append("no path to the output")
-            self.nodes[self._id(("unreached", id(entry)))] = _DisplayNode(
-                lines, ("unreached",), (entry.name,), module=_UNREACHED_CLUSTER)
-        return [entry.name for entry in unreached]
-
-    def _is_reached(self, entry: NamedParameter, reached_nodes: set[Node]) -> bool:
-        if entry.leaf_id is not None:
-            return entry.leaf_id in self._reached_leaves
-        return entry.tensor.grad_fn in reached_nodes
+    def add_unreached(self, nodes: list[Node]) -> None:
+        """Draws the named tensors not drawn elsewhere that the outputs do not reach (red, from
+        the node that computed them if it is drawn) or that autograd does not track."""
+        walked = set(nodes)
+        for entry in self.unreached:
+            if id(entry) in self._drawn_entries:
+                continue
+            identifier = self.node_id(("unreached", id(entry)))
+            self.nodes[identifier] = DisplayNode(
+                [entry.name, *_tensor_facts(entry.tensor), _NO_PATH], ("unreached",),
+                (entry.name,), module=_UNREACHED_CLUSTER)
+            if entry.leaf_id is None and entry.tensor.grad_fn in walked:
+                source = self._output_id(entry.tensor.grad_fn, entry.tensor.output_nr)
+                self.edges[(source, identifier)] = {"style": "dashed"}
+        if self.untracked and self.names.from_state_dict:
+            self.cluster_labels[_UNTRACKED_CLUSTER] += "\\n" + _STATE_DICT_HINT  # DOT line break
+        for entry in self.untracked:
+            self.nodes[self.node_id(("untracked", id(entry)))] = DisplayNode(
+                [entry.name, *_tensor_facts(entry.tensor)], ("untracked",), (entry.name,),
+                module=_UNTRACKED_CLUSTER)
 
     # -- clusters ------------------------------------------------------------------------------
 
@@ -341,29 +469,56 @@ class _GraphBuilder:
 
     # -- output --------------------------------------------------------------------------------
 
-    def emit(self, max_depth: int | None) -> GradientGraph:
+    def emit(self, max_depth: int | None, legend: bool = False) -> GradientGraph:
+        """Writes the visible nodes and edges into a new :class:`GradientGraph`."""
         visible = set(self.nodes) if max_depth is None else self._within_depth(max_depth)
         dot = GradientGraph(node_attr=_NODE_ATTR, graph_attr={"size": "12,12"})
-        clusters: dict[str | None, list[str]] = collections.defaultdict(list)
+        members: dict[str | None, list[str]] = collections.defaultdict(list)
         for identifier in self.nodes:
             if identifier in visible:
-                clusters[self.nodes[identifier].module].append(identifier)
-        for identifier in clusters.pop(None, []):
+                members[self.nodes[identifier].module].append(identifier)
+        for identifier in members.pop(None, []):
             self._emit_node(dot, identifier)
-        for module, members in clusters.items():
-            with dot.subgraph(name=f"cluster_{module}") as cluster:
-                label = ("not reached by the output: .grad stays None"
-                         if module == _UNREACHED_CLUSTER else module)
-                cluster.attr(label=label, style="rounded,dashed", color="grey40")
-                for identifier in members:
-                    self._emit_node(cluster, identifier)
+        parents = _cluster_parents(set(members) - set(_CLUSTER_LABELS))
+        children: dict[str | None, list[str]] = collections.defaultdict(list)
+        for module in sorted(set(members) | set(parents)):
+            children[parents.get(module)].append(module)
+        for module in children[None]:
+            self._emit_cluster(dot, module, members, children)
         for (source, target), attrs in self.edges.items():
             if source in visible and target in visible:
                 dot.edge(source, target, **attrs)
         hidden = len(self.nodes) - len(visible)
         if hidden:
             self._emit_collapsed(dot, visible, hidden, max_depth)
+        self.drawn = len(visible) + bool(hidden)
+        if legend:
+            kinds = {kind for i in visible for kind in self.nodes[i].kinds}
+            self._emit_legend(dot, [k for k in NODE_STYLES if k in kinds or
+                                    (k == "collapsed" and hidden)])
         return dot
+
+    def _emit_cluster(self, dot: Any, module: str, members: dict[str | None, list[str]],
+                      children: dict[str | None, list[str]]) -> None:
+        with dot.subgraph(name=f"cluster_{module}") as cluster:
+            cluster.attr(label=self.cluster_labels.get(module, module), style="rounded,dashed",
+                         color="grey40")
+            for identifier in members.get(module, ()):
+                self._emit_node(cluster, identifier)
+            for child in children[module]:
+                self._emit_cluster(cluster, child, members, children)
+
+    def _emit_legend(self, dot: GradientGraph, kinds: list[str]) -> None:
+        with dot.subgraph(name="cluster_legend") as cluster:
+            cluster.attr(label="legend", style="rounded", color="grey40")
+            previous = None
+            for kind in kinds:
+                identifier = self.node_id(("legend", kind))
+                cluster.node(identifier, _label([NODE_MEANINGS[kind]]),
+                             _attributes={"class": "legend"}, **NODE_STYLES[kind])
+                if previous is not None:  # stack the entries in one column
+                    cluster.edge(previous, identifier, style="invis")
+                previous = identifier
 
     def _emit_node(self, dot: Any, identifier: str) -> None:
         display = self.nodes[identifier]
@@ -390,18 +545,41 @@ class _GraphBuilder:
                     depth[source] = depth[identifier] + 1
                     queue.append(source)
         visible = set(depth)
+        visible.update(d.leaf for i, d in self.nodes.items() if i in depth and d.leaf)
         visible.update(i for i, d in self.nodes.items() if d.owner in depth)
         return visible
 
     def _emit_collapsed(self, dot: GradientGraph, visible: set[str], hidden: int,
                         max_depth: int | None) -> None:
-        identifier = self._id("collapsed")
+        identifier = self.node_id("collapsed")
         dot.node(identifier, _label([f"{hidden} more nodes", f"beyond depth {max_depth}"]),
                  _attributes={"class": "collapsed"}, **NODE_STYLES["collapsed"])
         frontier = {target for source, target in self.edges
                     if target in visible and source not in visible}
         for target in sorted(frontier):
             dot.edge(identifier, target, style="dashed")
+
+
+def _cluster_parents(modules: set[str]) -> dict[str, str | None]:
+    """The enclosing cluster of each module cluster, adding the modules where paths branch.
+
+    ``self_attn`` (which holds ``in_proj_weight``) encloses ``self_attn.out_proj``; ``layers``
+    is drawn around ``layers.0`` and ``layers.1``, but ``encoder`` is not drawn around a lone
+    ``encoder.0``.
+    """
+    branches: dict[str, set[str]] = collections.defaultdict(set)
+    for module in modules:
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            branches[".".join(parts[:end])].add(parts[end])
+    clusters = modules | {prefix for prefix, below in branches.items() if len(below) > 1}
+    parents: dict[str, str | None] = {}
+    for module in clusters:
+        parts = module.split(".")
+        enclosing = [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)
+                     if ".".join(parts[:end]) in clusters]
+        parents[module] = enclosing[0] if enclosing else None
+    return parents
 
 
 def _owned_module(identifier: str, inputs: dict[str, list[str]],
@@ -419,6 +597,16 @@ def _owned_module(identifier: str, inputs: dict[str, list[str]],
     for link in chain:
         owned[link] = module
     return module
+
+
+def _leaves(nodes: Iterable[Node]) -> list[torch.Tensor]:
+    return [leaf for leaf in map(leaf_variable, nodes) if leaf is not None]
+
+
+def _tensor_facts(tensor: torch.Tensor | None) -> list[str]:
+    if tensor is None:
+        return []
+    return [_shape(tensor.shape), *([] if tensor.requires_grad else ["requires_grad=False"])]
 
 
 def _shape(shape: torch.Size) -> str:

@@ -101,7 +101,8 @@ class MetaOptimizer:
             updates, new_state = self.impl.update(grads, state, params=flat_params,
                                                   inplace=False)
             new_params = apply_updates(flat_params, updates, inplace=False)
-            tag_optimizer_step(new_params, (flat_params, loss), label, state=state)
+            tag_optimizer_step(new_params, (flat_params, loss), label, state=state,
+                               names=self._parameter_name_groups[index])
             self.state_groups[index] = new_state
             new_containers = tree_math.unflatten(treespec, new_params)
             for container, new_container in zip(containers, new_containers, strict=True):
