@@ -407,12 +407,12 @@ class TorchOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"Saved parameter group {index} has no 'params' entry.")
             if len(group["params"]) != len(saved_group["params"]):
                 raise ValueError(f"Parameter group {index} has {len(group['params'])} "
-                                 f"parameters, the saved one {len(saved_group['params'])}.")
+                                 f"parameters, the state dict's {len(saved_group['params'])}.")
             shared_keys = {entry.key for entry in layout.entries if entry.kind is _SHARED}
             shared: dict[str, torch.Tensor] = {}
             for saved_id, p in zip(saved_group["params"], group["params"], strict=True):
-                saved = saved_state.get(saved_id)
-                own = self.state[p]
+                saved = saved_state.get(saved_id, {})
+                own = self.state.get(p, {})
                 where = f"state[{saved_id!r}]"
                 if not isinstance(saved, Mapping) or set(saved) != set(own):
                     raise ValueError(f"{where}: expected entries {sorted(own)}, got "
