@@ -327,15 +327,16 @@ class TorchOptimizer(torch.optim.Optimizer):
         return grad
 
     def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
-               grads: tuple[torch.Tensor, ...], state: base.OptState,
-               stepped: list[bool]) -> base.OptState:
+               grads: tuple[torch.Tensor, ...], state: base.OptState, stepped: list[bool],
+               extra_args: dict[str, Any]) -> base.OptState:
         """Runs the transformation and adds the updates to the parameters flagged in ``stepped``.
 
         Returns:
           The new group state.
         """
-        extra = {"inplace": True} if self.inplace else {}
-        updates, state = self._transformation(group).update(grads, state, params, **extra)
+        if self.inplace:
+            extra_args = {**extra_args, "inplace": True}
+        updates, state = self._transformation(group).update(grads, state, params, **extra_args)
         moved = [i for i, flag in enumerate(stepped) if flag]
         targets = [params[i] for i in moved]
         tree_math.add_(targets, [updates[i] if updates[i].dtype == params[i].dtype
@@ -346,7 +347,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         """Updates every parameter that has a ``.grad``, like :meth:`torch.optim.Optimizer.step`.
 
         Args:
-          closure: re-evaluates the model and returns the loss (called with grad enabled).
+          closure: re-evaluates the model and returns the loss (called with grad enabled); the
+            loss is passed to the transformation as the extra argument ``value`` (which
+            :func:`~optax_compat.polyak_sgd` and the line searches of Optax read).
 
         Returns:
           The closure's loss, or ``None``.
@@ -358,6 +361,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        extra_args = {} if loss is None else {
+            "value": loss.detach() if isinstance(loss, torch.Tensor) else loss}
         with torch.no_grad():
             for index, (group, layout) in enumerate(zip(self.param_groups, self._layouts,
                                                         strict=True)):
@@ -373,7 +378,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                     for i, p in enumerate(params))
                 copies = [not flag for flag in stepped] if self.inplace else None
                 state = self._gather(group, layout, copies if copies and any(copies) else None)
-                state = self._apply(group, params, grads, state, stepped)
+                state = self._apply(group, params, grads, state, stepped, extra_args)
                 self._scatter(group, layout, state, stepped)
         return loss
 

@@ -79,12 +79,12 @@ class Optimizer(TorchOptimizer):
         """Adds a group: torch's dict with ``'params'``, or (TorchOpt) a tree of tensors.
 
         Raises:
-          ValueError: if a dict without ``'params'`` or a tree holding non-tensors is given.
+          ValueError: for a tree holding non-tensors, such as a dict of hyper-parameters
+            without ``'params'``.
         """
         if not (isinstance(param_group, dict) and "params" in param_group):
             leaves = tree_math.leaves(param_group)
-            if isinstance(param_group, dict) or not all(
-                    isinstance(leaf, torch.Tensor) for leaf in leaves):
+            if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
                 raise ValueError(
                     "add_param_group takes a dict with a 'params' entry (and the group's "
                     "hyper-parameters) or a tree of tensors, got "
@@ -107,11 +107,11 @@ class Optimizer(TorchOptimizer):
         return self._step_functions(group)[0]
 
     def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
-               grads: tuple[torch.Tensor, ...], state: OptState,
-               stepped: list[bool]) -> OptState:
+               grads: tuple[torch.Tensor, ...], state: OptState, stepped: list[bool],
+               extra_args: dict[str, Any]) -> OptState:
         fused_step = self._step_functions(group)[1]
         if fused_step is None:
-            return super()._apply(group, params, grads, state, stepped)
+            return super()._apply(group, params, grads, state, stepped, extra_args)
         kept = [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag]
         state = fused_step(params, grads, state)
         for p, value in kept:
