@@ -5,15 +5,15 @@ An ``optax_compat`` state is a tree of NamedTuples (``ScaleByAdamState(count, mu
 NamedTuple into a dict of its fields tagged with its class name; :func:`state_from_dict` rebuilds
 the NamedTuples by walking a state of the same optimizer alongside, checking class names,
 fields, shapes and dtypes and naming the first path where the saved state does not fit.
-:func:`save` and :func:`load` add the file handling, with a clear error for a file that is not
-a readable checkpoint.
+:func:`save` and :func:`load` add the file handling: the file also holds a SHA-256 digest of
+the state (``torch.save`` checks nothing of the tensor bytes it reads back), so a truncated or
+corrupted file gives a clear error instead of wrong numbers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import pickle
-import zipfile
 from typing import IO, Any, Union
 
 import torch
@@ -23,6 +23,7 @@ from optax_compat._src import base
 __all__ = ["STATE_TYPE_KEY", "state_to_dict", "state_from_dict", "save", "load"]
 
 STATE_TYPE_KEY = "__state_type__"
+_FORMAT = "optax_compat.checkpoint/1"
 
 FileLike = Union[str, os.PathLike, IO[bytes]]
 
@@ -128,19 +129,47 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+def _digest(plain: Any) -> str:
+    """SHA-256 of the structure, the non-tensor values and the tensor bytes of ``plain``."""
+    digest = hashlib.sha256()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, torch.Tensor):
+            digest.update(f"tensor {node.dtype} {tuple(node.shape)};".encode())
+            raw = node.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
+        elif isinstance(node, dict):
+            digest.update(f"dict {len(node)};".encode())
+            for key, value in node.items():
+                digest.update(f"{key!r}:".encode())
+                visit(value)
+        elif isinstance(node, (tuple, list)):
+            digest.update(f"{type(node).__name__} {len(node)};".encode())
+            for value in node:
+                visit(value)
+        else:
+            digest.update(f"{node!r};".encode())
+
+    visit(plain)
+    return digest.hexdigest()
+
+
 def save(state: base.OptState, file: FileLike) -> None:
-    """Writes ``state`` to ``file`` with :func:`torch.save`, in its plain form.
+    """Writes ``state`` to ``file`` with :func:`torch.save`, in its plain form, with a digest.
 
     Args:
       state: an optimizer state.
       file: a path or a writable binary file object.
     """
-    torch.save(state_to_dict(state), file)
+    plain = state_to_dict(state)
+    torch.save({"format": _FORMAT, "state": plain, "sha256": _digest(plain)}, file)
 
 
 def load(file: FileLike, template: base.OptState) -> base.OptState:
     """Reads a state written by :func:`save` (with ``weights_only=True``) and rebuilds it.
 
+    The digest written by :func:`save` is checked first; a file holding only
+    ``state_to_dict(state)`` (written by ``torch.save`` directly) is accepted unchecked.
     Nothing is modified: the returned state is new, so a failed load leaves the caller's
     running state as it was.
 
@@ -158,12 +187,17 @@ def load(file: FileLike, template: base.OptState) -> base.OptState:
     """
     try:
         saved = torch.load(file, weights_only=True)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,
-            UnicodeDecodeError) as error:
-        if isinstance(error, FileNotFoundError):
-            raise
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except Exception as error:  # the weights-only unpickler fails in many ways on bad bytes
         raise ValueError(f"{_name(file)} is not a readable optimizer checkpoint (truncated or "
                          f"corrupted?): {type(error).__name__}: {error}") from error
+    if isinstance(saved, dict) and saved.get("format") == _FORMAT:
+        if set(saved) != {"format", "state", "sha256"} or saved["sha256"] != _digest(
+                saved["state"]):
+            raise ValueError(f"{_name(file)} is corrupted: its contents do not match the "
+                             "digest written with them.")
+        saved = saved["state"]
     return state_from_dict(template, saved, copy=False)
 
 
