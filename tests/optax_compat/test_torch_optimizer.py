@@ -475,3 +475,25 @@ def test_sgd_supports_sparse_gradients_as_torch():
         embedding_step(reference_optimizer, reference, step)
         assert reference.weight.grad.is_sparse
     torch.testing.assert_close(embedding.weight, reference.weight, **FLOAT32)
+
+
+def test_one_cycle_cycles_the_momentum_of_sgd():
+    model = mlp()
+    reference = copy.deepcopy(model)
+    optimizer = optax.torch_optimizer(
+        optax.inject_hyperparams(optax.sgd)(learning_rate=0.1, momentum=0.9), model.parameters())
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    assert optimizer.param_groups[0]["momentum"] == 0.9 and "betas" not in optimizer.defaults
+    schedulers = [lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=8)
+                  for opt in (optimizer, reference_optimizer)]
+    momenta = set()
+    for step in range(8):
+        for net, opt, scheduler in zip((model, reference), (optimizer, reference_optimizer),
+                                       schedulers, strict=True):
+            train_step(net, opt, step)
+            scheduler.step()
+        momenta.add(optimizer.param_groups[0]["momentum"])
+        assert optimizer.param_groups[0]["momentum"] == reference_optimizer.param_groups[0][
+            "momentum"]
+    assert len(momenta) > 2
+    assert_same_params(model, reference)
