@@ -497,3 +497,46 @@ def test_one_cycle_cycles_the_momentum_of_sgd():
             "momentum"]
     assert len(momenta) > 2
     assert_same_params(model, reference)
+
+
+def matrices(params):
+    return tuple(p.ndim > 1 for p in params)
+
+
+@pytest.mark.parametrize(("tx", "bias_has_buffers"), [
+    (optax.masked(optax.adam(1e-2), matrices), False),
+    (optax.multi_transform({"adam": optax.adam(1e-2), "sgd": optax.sgd(0.1, momentum=0.9)},
+                           lambda params: tuple("adam" if p.ndim > 1 else "sgd"
+                                                for p in params)), True),
+    (optax.chain(optax.clip_by_global_norm(1.0), optax.inject_hyperparams(optax.adamw)(
+        learning_rate=optax.linear_schedule(1e-2, 1e-3, 5), weight_decay=0.1)), True),
+    (optax.MultiSteps(optax.adam(1e-2), every_k_schedule=2).gradient_transformation(), True),
+    (optax.apply_if_finite(optax.lion(1e-3), max_consecutive_errors=3), True),
+], ids=["masked", "multi_transform", "chain-scheduled", "MultiSteps", "apply_if_finite"])
+def test_combinator_states_spread_over_parameters_and_round_trip(tx, bias_has_buffers):
+    model = mlp()
+    optimizer = optax.TorchOptimizer(model.parameters(), tx)
+    for step in range(3):
+        train_step(model, optimizer, step)
+    weight, bias = model[0].weight, model[0].bias
+    assert any(v.shape == weight.shape for v in optimizer.state[weight].values())
+    assert any(v.shape == bias.shape for v in optimizer.state[bias].values()) == bias_has_buffers
+    resumed_model = copy.deepcopy(model)
+    resumed = optax.TorchOptimizer(resumed_model.parameters(), tx)
+    resumed.load_state_dict(save_and_load(optimizer.state_dict()))
+    for step in range(3, 6):
+        train_step(model, optimizer, step)
+        train_step(resumed_model, resumed, step)
+    assert_same_params(model, resumed_model, rtol=0, atol=0)
+    # The same run on the raw transformation: the optimizer changes nothing in the numbers.
+    raw = mlp()
+    params = tuple(raw.parameters())
+    state = tx.init(params)
+    for step in range(6):
+        x, y = batch(step)
+        grads = torch.autograd.grad(mse_loss(raw(x), y), params)
+        updates, state = tx.update(grads, state, params)
+        with torch.no_grad():
+            for p, u in zip(params, updates, strict=True):
+                p.add_(u)
+    assert_same_params(raw, model, rtol=0, atol=0)
