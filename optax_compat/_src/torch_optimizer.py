@@ -277,17 +277,19 @@ class TorchOptimizer(torch.optim.Optimizer):
         Per-parameter buffers of the parameters flagged in ``copies`` are cloned (an in-place
         update must leave their stored values untouched).
         """
-        params = group["params"]
+        states = [self.state[p] for p in group["params"]]
         try:
             nodes = []
             for entry in layout.entries:
                 if entry.kind is _PER_PARAMETER:
-                    nodes.append(tuple(
-                        entry.fill[i] if entry.fill[i] is not None
-                        else self.state[p][entry.key].clone() if copies and copies[i]
-                        else self.state[p][entry.key] for i, p in enumerate(params)))
+                    buffers = [state[entry.key] if fill is None else fill
+                               for state, fill in zip(states, entry.fill, strict=True)]
+                    if copies:
+                        buffers = [b.clone() if copy and isinstance(b, torch.Tensor) else b
+                                   for b, copy in zip(buffers, copies, strict=True)]
+                    nodes.append(tuple(buffers))
                 elif entry.kind is _SHARED:
-                    nodes.append(self.state[params[0]][entry.key])
+                    nodes.append(states[0][entry.key])
                 elif entry.kind is _HYPERPARAMETER:
                     value = group[entry.key]
                     nodes.append(value if entry.component is None else value[entry.component])
@@ -306,25 +308,29 @@ class TorchOptimizer(torch.optim.Optimizer):
         if treespec != layout.treespec:
             raise RuntimeError(f"The transformation changed the structure of its state, from "
                                f"{layout.treespec} to {treespec}.")
+        states = [self.state[p] for p in params]
         for entry, node in zip(layout.entries, nodes, strict=True):
             if entry.kind is _PER_PARAMETER:
-                for p, value, new in zip(params, node, stepped, strict=True):
+                for target, value, new in zip(states, node, stepped, strict=True):
                     if new and isinstance(value, torch.Tensor):
-                        self.state[p][entry.key] = value
+                        target[entry.key] = value
             elif entry.kind is _SHARED:
-                for p in params:
-                    self.state[p][entry.key] = node
+                if any(target.get(entry.key) is not node for target in states):
+                    for target in states:
+                        target[entry.key] = node
             elif entry.kind is _STATIC:
                 entry.value = node
 
     def _dense_gradient(self, grad: torch.Tensor, name: str) -> torch.Tensor:
-        """``grad`` for the transformation; sparse gradients are refused here."""
-        if grad.is_sparse:
-            raise RuntimeError(
-                f"{type(self).__name__} does not support sparse gradients ({name} has one): "
-                "its transformation is dense. Please consider torch.optim.SparseAdam instead, "
-                "or nn.Embedding(..., sparse=False).")
-        return grad
+        """What the transformation gets for the sparse gradient ``grad``: refused here.
+
+        Raises:
+          RuntimeError: naming the optimizer, the parameter and the alternatives.
+        """
+        raise RuntimeError(
+            f"{type(self).__name__} does not support sparse gradients ({name} has one): its "
+            "transformation is dense. Please consider torch.optim.SparseAdam instead, or "
+            "nn.Embedding(..., sparse=False).")
 
     def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
                grads: tuple[torch.Tensor, ...], state: base.OptState, stepped: list[bool],
@@ -370,12 +376,13 @@ class TorchOptimizer(torch.optim.Optimizer):
                 stepped = [p.grad is not None for p in params]
                 if not any(stepped):
                     continue
-                names = group.get("param_names")
-                grads = tuple(
-                    self._dense_gradient(p.grad, repr(names[i]) if names else
-                                         f"parameter {i} of group {index}")
-                    if p.grad is not None else torch.zeros_like(p)
-                    for i, p in enumerate(params))
+                grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad
+                              for p in params)
+                if any(grad.is_sparse for grad in grads):
+                    names = group.get("param_names") or [
+                        f"parameter {i} of group {index}" for i in range(len(params))]
+                    grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
+                                  else grad for grad, name in zip(grads, names, strict=True))
                 copies = [not flag for flag in stepped] if self.inplace else None
                 state = self._gather(group, layout, copies if copies and any(copies) else None)
                 state = self._apply(group, params, grads, state, stepped, extra_args)

@@ -42,4 +42,4 @@ class SGD(HyperparameterOptimizer):
     def _dense_gradient(self, grad: torch.Tensor, name: str) -> torch.Tensor:
         """A sparse gradient is densified: SGD's step is the same on its dense form."""
         del name
-        return grad.to_dense() if grad.is_sparse else grad
+        return grad.to_dense()
