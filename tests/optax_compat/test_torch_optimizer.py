@@ -540,3 +540,40 @@ def test_combinator_states_spread_over_parameters_and_round_trip(tx, bias_has_bu
             for p, u in zip(params, updates, strict=True):
                 p.add_(u)
     assert_same_params(raw, model, rtol=0, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # ZeRO uses torch.jit
+def test_zero_redundancy_optimizer_shards_and_checkpoints_it():
+    import datetime
+
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+    try:
+        model = mlp()
+        reference = copy.deepcopy(model)
+        tx = optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2, weight_decay=0.1)
+        zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optax.TorchOptimizer,
+                                       tx=tx)
+        reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2,
+                                                weight_decay=0.1)
+        for step in range(3):
+            train_step(model, zero, step)
+            train_step(reference, reference_optimizer, step)
+        assert_same_params(model, reference)
+        zero.consolidate_state_dict(to=0)
+        checkpoint = copy.deepcopy(zero.state_dict())  # ZeRO puts its keyword `tx` in groups
+        assert set(checkpoint["state"][0]) == {"count", "inner_state.0.count",
+                                               "inner_state.0.mu", "inner_state.0.nu"}
+        resumed_model = copy.deepcopy(model)
+        resumed = ZeroRedundancyOptimizer(resumed_model.parameters(),
+                                          optimizer_class=optax.TorchOptimizer, tx=tx)
+        resumed.load_state_dict(checkpoint)
+        for step in range(3, 5):
+            train_step(model, zero, step)
+            train_step(resumed_model, resumed, step)
+        assert_same_params(model, resumed_model, rtol=0, atol=0)
+    finally:
+        dist.destroy_process_group()
