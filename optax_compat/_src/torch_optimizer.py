@@ -235,25 +235,38 @@ class TorchOptimizer(torch.optim.Optimizer):
                                 if isinstance(param_group, dict) else ""))
         super().add_param_group(param_group)
         group = self.param_groups[-1]
+        try:
+            layout, state = self._initialize(group)
+        except BaseException:
+            self.param_groups.pop()
+            raise
+        self._layouts.append(layout)
+        self._scatter(group, layout, state, [True] * len(group["params"]))
+
+    def _initialize(self, group: dict[str, Any]) -> tuple[_Layout, base.OptState]:
+        """Creates the state of a new group and fills in its hyper-parameters.
+
+        Raises:
+          ValueError: if the group names a torch hyper-parameter the transformation lacks.
+        """
         params = tuple(group["params"])
         with torch.no_grad():
             state = self._transformation(group).init(params)
         layout = _layout(state, len(params))
         injected = self._group_values(state, layout, len(params))
+        defaults = {**self.defaults, **injected}
+        unknown = sorted(set(group) & _TORCH_HYPERPARAMETERS - set(defaults))
+        if unknown:
+            raise ValueError(
+                f"The parameter group sets {unknown}, which the transformation does not have "
+                f"(its hyper-parameters: {sorted(defaults)}); build it with "
+                "optax_compat.inject_hyperparams, e.g. inject_hyperparams(adam)(learning_rate="
+                "1e-3) gives the groups an 'lr'.")
         if len(self.param_groups) == 1:
             self.defaults.update(injected)
         for key, value in injected.items():
             group.setdefault(key, value)
-        unknown = sorted(set(group) & _TORCH_HYPERPARAMETERS - set(self.defaults))
-        if unknown:
-            self.param_groups.pop()
-            raise ValueError(
-                f"The parameter group sets {unknown}, which the transformation does not have "
-                f"(its hyper-parameters: {sorted(self.defaults)}); build it with "
-                "optax_compat.inject_hyperparams, e.g. inject_hyperparams(adam)(learning_rate="
-                "1e-3) gives the groups an 'lr'.")
-        self._layouts.append(layout)
-        self._scatter(group, layout, state, [True] * len(params))
+        return layout, state
 
     @staticmethod
     def _group_values(state: base.OptState, layout: _Layout, size: int) -> dict[str, Any]:

@@ -150,6 +150,22 @@ def test_group_hyperparameter_the_transformation_does_not_have_raises():
     assert len(optimizer.param_groups) == 1
 
 
+def test_a_group_the_transformation_cannot_take_is_not_added():
+    model = mlp()
+    optimizer = optax.TorchOptimizer(model[0].parameters(), optax.sm3(0.1))
+    with pytest.raises(ValueError, match="sm3 needs params of rank at least 1"):
+        optimizer.add_param_group({"params": [torch.nn.Parameter(torch.tensor(1.0))]})
+    assert len(optimizer.param_groups) == 1
+    train_step(model, optimizer, 0)
+
+
+def test_two_injected_learning_rates_are_refused():
+    inject = optax.inject_hyperparams
+    tx = optax.chain(inject(optax.sgd)(learning_rate=0.1), inject(optax.adam)(learning_rate=0.1))
+    with pytest.raises(ValueError, match="both be the parameter group's 'lr'"):
+        optax.TorchOptimizer(mlp().parameters(), tx)
+
+
 def test_hyperparameter_dicts_are_not_taken_for_parameters(make):
     model = mlp()
     with pytest.raises(ValueError, match="'params'"):
