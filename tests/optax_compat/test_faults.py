@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,37 @@ def test_every_alias_resumes_bit_identically_in_a_fresh_process(tmp_path):
         ours, theirs = tree_math.leaves(resumed), tree_math.leaves(expected[name])
         assert len(ours) == len(theirs)
         assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True)), name
+
+
+@pytest.mark.parametrize("tx", [
+    optax.masked(optax.adam(0.01), {"bias": False, "layer": {"w": True, "b": False},
+                                    "pair": (True, False), "empty": None}),
+    optax.inject_hyperparams(optax.adamw)(learning_rate=optax.cosine_decay_schedule(0.1, 10)),
+    optax.MultiSteps(optax.sgd(0.1, momentum=0.9), every_k_schedule=3).gradient_transformation(),
+    optax.contrib.schedule_free_adamw(0.01),
+], ids=["masked", "inject_hyperparams", "MultiSteps", "schedule_free"])
+def test_raw_states_load_with_weights_only(tx):
+    params = make_tree()
+    state = tx.init(params)
+    for step in range(2):
+        grads = gradients(step, params)
+        updates, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+    buffer = io.BytesIO()
+    torch.save(optax.checkpoint.state_to_dict(state), buffer)
+    with pytest.raises(pickle.UnpicklingError, match=r"[Ww]eights only load failed"):
+        torch.load(io.BytesIO(_pickled(state)), weights_only=True)
+    buffer.seek(0)
+    loaded = optax.checkpoint.state_from_dict(tx.init(params), torch.load(buffer,
+                                                                          weights_only=True))
+    assert type(loaded) is type(state)
+    assert_unchanged(loaded, snapshot(state))
+
+
+def _pickled(state) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
 
 
 # ----------------------------------------------------------------------------------------------
