@@ -82,7 +82,7 @@ def _restore(template: Any, plain: Any, copy: bool, path: str) -> Any:
         plain = state_to_dict(plain) if _is_namedtuple(plain) else plain
         name = type(template).__name__
         if not isinstance(plain, dict) or plain.get(STATE_TYPE_KEY) != name:
-            got = plain.get(STATE_TYPE_KEY) if isinstance(plain, dict) else _describe(plain)
+            got = plain.get(STATE_TYPE_KEY) if isinstance(plain, dict) else describe(plain)
             raise ValueError(f"state{path}: expected a {name}, got {got}")
         if set(plain) - {STATE_TYPE_KEY} != set(template._fields):
             raise ValueError(f"state{path}: {name} fields {sorted(template._fields)} expected, "
@@ -92,34 +92,35 @@ def _restore(template: Any, plain: Any, copy: bool, path: str) -> Any:
     if isinstance(template, (tuple, list)):
         if not isinstance(plain, (tuple, list)) or len(plain) != len(template):
             raise ValueError(f"state{path}: expected a sequence of {len(template)} entries, got "
-                             f"{_describe(plain)}")
+                             f"{describe(plain)}")
         return type(template)(_restore(t, p, copy, f"{path}[{i}]")
                               for i, (t, p) in enumerate(zip(template, plain, strict=True)))
     if isinstance(template, dict):
         if not isinstance(plain, dict) or set(plain) != set(template):
             raise ValueError(f"state{path}: expected keys {sorted(map(str, template))}, got "
-                             f"{_describe(plain)}")
+                             f"{describe(plain)}")
         return {key: _restore(value, plain[key], copy, f"{path}[{key!r}]")
                 for key, value in template.items()}
     if isinstance(template, torch.Tensor):
         check_tensor_fits(template, plain, f"state{path}")
         return plain.to(template.device, copy=copy)
     if plain != template and not callable(template):
-        raise ValueError(f"state{path}: expected {template!r}, got {_describe(plain)}")
+        raise ValueError(f"state{path}: expected {template!r}, got {describe(plain)}")
     return template
 
 
 def check_tensor_fits(template: torch.Tensor, saved: Any, where: str) -> None:
     """Raises a ValueError naming ``where`` unless ``saved`` is a tensor like ``template``."""
     if not isinstance(saved, torch.Tensor):
-        raise ValueError(f"{where}: expected a tensor, got {_describe(saved)}")
+        raise ValueError(f"{where}: expected a tensor, got {describe(saved)}")
     if saved.shape != template.shape or saved.dtype != template.dtype:
         raise ValueError(f"{where}: expected a {template.dtype} tensor of shape "
                          f"{tuple(template.shape)}, got a {saved.dtype} tensor of shape "
                          f"{tuple(saved.shape)}")
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A short description of ``value`` for error messages."""
     if isinstance(value, dict):
         return f"keys {sorted(map(str, value))}"
     if isinstance(value, (tuple, list)):

@@ -419,7 +419,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 state_dict = result
         if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
             raise ValueError("An optimizer state dict has 'state' and 'param_groups' entries, "
-                             f"got {checkpoint._describe(state_dict)}.")
+                             f"got {checkpoint.describe(state_dict)}.")
         saved_groups = list(state_dict["param_groups"])
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"The optimizer has {len(self.param_groups)} parameter groups, the "
@@ -433,6 +433,10 @@ class TorchOptimizer(torch.optim.Optimizer):
             if len(group["params"]) != len(saved_group["params"]):
                 raise ValueError(f"Parameter group {index} has {len(group['params'])} "
                                  f"parameters, the state dict's {len(saved_group['params'])}.")
+            missing = sorted(set(self.defaults) - set(saved_group))
+            if missing:
+                raise ValueError(f"Saved parameter group {index} has no {missing}: the state "
+                                 "dict is of another optimizer.")
             shared_keys = {entry.key for entry in layout.entries if entry.kind is _SHARED}
             shared: dict[str, torch.Tensor] = {}
             for saved_id, p in zip(saved_group["params"], group["params"], strict=True):
@@ -441,7 +445,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 where = f"state[{saved_id!r}]"
                 if not isinstance(saved, Mapping) or set(saved) != set(own):
                     raise ValueError(f"{where}: expected entries {sorted(own)}, got "
-                                     f"{checkpoint._describe(saved)}.")
+                                     f"{checkpoint.describe(saved)}.")
                 for key, value in own.items():
                     checkpoint.check_tensor_fits(value, saved[key], f"{where}[{key!r}]")
                     if key in shared_keys:
