@@ -279,6 +279,7 @@ SCHEDULERS = {
         opt, max_lr=2e-2, total_steps=STEPS),
     "ReduceLROnPlateau": lambda opt: lr_scheduler.ReduceLROnPlateau(opt, factor=0.5,
                                                                     patience=0, threshold=0.5),
+    "SWALR": lambda opt: torch.optim.swa_utils.SWALR(opt, swa_lr=5e-3, anneal_epochs=4),
 }
 
 
@@ -288,7 +289,7 @@ def test_every_torch_scheduler_is_tested():
                   and issubclass(value, (lr_scheduler.LRScheduler,
                                          lr_scheduler.ReduceLROnPlateau))
                   and value is not lr_scheduler.LRScheduler}
-    assert schedulers == set(SCHEDULERS)
+    assert schedulers | {"SWALR"} == set(SCHEDULERS)
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
