@@ -204,6 +204,11 @@ def test_step_hooks_run_and_closure_loss_is_returned(make):
     second = optimizer.step(closure)
     assert second < first
     assert calls == ["pre", "post", "pre", "post"]
+    optimizer.register_state_dict_post_hook(lambda opt, sd: calls.append("saved") or sd)
+    optimizer.register_load_state_dict_pre_hook(lambda opt, sd: calls.append("loading"))
+    optimizer.register_load_state_dict_post_hook(lambda opt: calls.append("loaded"))
+    optimizer.load_state_dict(optimizer.state_dict())
+    assert calls[4:] == ["saved", "loading", "loaded"]
 
 
 def test_closure_loss_feeds_polyak_sgd():
