@@ -273,3 +273,8 @@ from optax_compat._src.linesearch import (
 )
 
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.
+
+# PyTorch's training stack: any transformation as a torch.optim.Optimizer, and checkpoints ------
+# isort: split
+from optax_compat import checkpoint
+from optax_compat._src.torch_optimizer import TorchOptimizer, torch_optimizer

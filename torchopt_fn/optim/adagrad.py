@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import torch
+from typing import Any
 
 from torchopt_fn import alias
-from torchopt_fn.optim.base import Optimizer
+from torchopt_fn.optim.base import HyperparameterOptimizer
 from torchopt_fn.typing import ScalarOrSchedule
 
 __all__ = ["AdaGrad", "Adagrad"]
 
 
-class AdaGrad(Optimizer):
+class AdaGrad(HyperparameterOptimizer):
     """AdaGrad, as ``torch.optim.Adagrad``.
 
-    See :func:`torchopt_fn.adagrad` for the arguments.
+    See :func:`torchopt_fn.adagrad` for the arguments; the numeric ones are entries of every
+    parameter group (``param_groups[i]['lr']``, ...), which schedulers may change.
     """
+
+    _factory = staticmethod(alias.adagrad)
 
     def __init__(
         self,
-        params: Iterable[torch.Tensor],
+        params: Iterable[Any],
         lr: ScalarOrSchedule = 1e-2,
         lr_decay: float = 0.0,
         weight_decay: float = 0.0,
@@ -31,17 +33,9 @@ class AdaGrad(Optimizer):
         maximize: bool = False,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adagrad`)."""
-        super().__init__(
-            params,
-            alias.adagrad(
-                lr=lr,
-                lr_decay=lr_decay,
-                weight_decay=weight_decay,
-                initial_accumulator_value=initial_accumulator_value,
-                eps=eps,
-                maximize=maximize,
-            ),
-        )
+        super().__init__(params, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                         initial_accumulator_value=initial_accumulator_value, eps=eps,
+                         maximize=maximize)
 
 
 Adagrad = AdaGrad  # PyTorch's spelling

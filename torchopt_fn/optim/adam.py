@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import torch
+from typing import Any
 
 from optax_compat._src import fused
 from torchopt_fn import alias
-from torchopt_fn.optim.base import Optimizer
+from torchopt_fn.base import GradientTransformation
+from torchopt_fn.optim.base import HyperparameterOptimizer, StepFn
 from torchopt_fn.typing import ScalarOrSchedule
 
 __all__ = ["Adam"]
 
 
-class Adam(Optimizer):
+class Adam(HyperparameterOptimizer):
     """Adam, as ``torch.optim.Adam``.
 
-    See :func:`torchopt_fn.adam` for the arguments. With ``use_accelerated_op=True`` (and no
-    weight decay, ``maximize`` or ``eps_root``) each step runs PyTorch's fused Adam kernel
-    in place (:func:`optax_compat._src.fused.adam`), on the same state.
+    See :func:`torchopt_fn.adam` for the arguments; the numeric ones are entries of every
+    parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change.
+    With ``use_accelerated_op=True`` (and no weight decay, ``maximize`` or ``eps_root``) each
+    step runs PyTorch's fused Adam kernel in place (:func:`optax_compat._src.fused.adam`), on
+    the same state.
     """
 
     def __init__(
         self,
-        params: Iterable[torch.Tensor],
+        params: Iterable[Any],
         lr: ScalarOrSchedule = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -35,18 +37,14 @@ class Adam(Optimizer):
         use_accelerated_op: bool = False,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adam`)."""
-        super().__init__(
-            params,
-            alias.adam(
-                lr=lr,
-                betas=betas,
-                eps=eps,
-                weight_decay=weight_decay,
-                eps_root=eps_root,
-                moment_requires_grad=False,
-                maximize=maximize,
-                use_accelerated_op=use_accelerated_op,
-            ),
-        )
-        if use_accelerated_op and weight_decay == 0.0 and not maximize and eps_root == 0.0:
-            self._fused_step = fused.adam(lr, betas[0], betas[1], eps).step
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         eps_root=eps_root, maximize=maximize,
+                         use_accelerated_op=use_accelerated_op)
+
+    def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
+        impl = alias.adam(**arguments, moment_requires_grad=False)
+        if not (arguments["use_accelerated_op"] and arguments["weight_decay"] == 0.0
+                and not arguments["maximize"] and arguments["eps_root"] == 0.0):
+            return impl, None
+        b1, b2 = arguments["betas"]
+        return impl, fused.adam(arguments["lr"], b1, b2, arguments["eps"]).step

@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-
-import torch
+from typing import Any
 
 from optax_compat._src import fused
 from torchopt_fn import alias
-from torchopt_fn.optim.base import Optimizer
+from torchopt_fn.base import GradientTransformation
+from torchopt_fn.optim.base import HyperparameterOptimizer, StepFn
 from torchopt_fn.typing import OptState, Params, ScalarOrSchedule
 
 __all__ = ["AdamW"]
 
 
-class AdamW(Optimizer):
+class AdamW(HyperparameterOptimizer):
     """Adam with decoupled weight decay, as ``torch.optim.AdamW``.
 
-    See :func:`torchopt_fn.adamw` for the arguments. With ``use_accelerated_op=True`` (and no
-    ``maximize`` or ``eps_root``) each step runs PyTorch's fused AdamW kernel in place
+    See :func:`torchopt_fn.adamw` for the arguments; the numeric ones are entries of every
+    parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change
+    (``mask`` is fixed). With ``use_accelerated_op=True`` (and no ``maximize`` or ``eps_root``)
+    each step runs PyTorch's fused AdamW kernel in place
     (:func:`optax_compat._src.fused.adamw`), on the same state.
     """
 
     def __init__(
         self,
-        params: Iterable[torch.Tensor],
+        params: Iterable[Any],
         lr: ScalarOrSchedule = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -36,20 +38,16 @@ class AdamW(Optimizer):
         use_accelerated_op: bool = False,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adamw`)."""
-        super().__init__(
-            params,
-            alias.adamw(
-                lr=lr,
-                betas=betas,
-                eps=eps,
-                weight_decay=weight_decay,
-                eps_root=eps_root,
-                mask=mask,
-                moment_requires_grad=False,
-                maximize=maximize,
-                use_accelerated_op=use_accelerated_op,
-            ),
-        )
-        if use_accelerated_op and not maximize and eps_root == 0.0:
-            self._fused_step = fused.adamw(lr, betas[0], betas[1], eps,
-                                           weight_decay=weight_decay, mask=mask).step
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         eps_root=eps_root, mask=mask, maximize=maximize,
+                         use_accelerated_op=use_accelerated_op)
+
+    def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
+        impl = alias.adamw(**arguments, moment_requires_grad=False)
+        if not (arguments["use_accelerated_op"] and not arguments["maximize"]
+                and arguments["eps_root"] == 0.0):
+            return impl, None
+        b1, b2 = arguments["betas"]
+        return impl, fused.adamw(arguments["lr"], b1, b2, arguments["eps"],
+                                 weight_decay=arguments["weight_decay"],
+                                 mask=arguments["mask"]).step

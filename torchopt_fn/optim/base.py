@@ -1,11 +1,11 @@
-"""``Optimizer``: a ``torch.optim``-like optimizer driven by a gradient transformation."""
+"""``Optimizer``: TorchOpt's optimizer class, as a real :class:`torch.optim.Optimizer`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import optree
 import torch
 
 import optax_compat._src.base as optax_base
@@ -15,8 +15,15 @@ from torchopt_fn.optim import _state_dict
 from torchopt_fn.transform.utils import from_optax
 from torchopt_fn.typing import OptState, Params, TupleOfTensors
 from torchopt_fn.update import apply_updates
+from optax_compat._src import tree_math
+from optax_compat._src.torch_optimizer import TorchOptimizer
+from torchopt_fn.base import GradientTransformation
+from torchopt_fn.transform.utils import from_optax, to_optax
+from torchopt_fn.typing import OptState, Params
 
 __all__ = ["Optimizer"]
+
+StepFn = Callable[[Any, Any, OptState], OptState]
 
 
 def as_transformation(impl: Any) -> GradientTransformation:
@@ -32,154 +39,137 @@ def as_transformation(impl: Any) -> GradientTransformation:
     raise TypeError(f"{impl} (type: {type(impl).__name__}) is not a GradientTransformation")
 
 
-class _Frozen:
-    """Copies of the parameters without gradient and of their state buffers, to put back.
+class Optimizer(TorchOptimizer):
+    """TorchOpt's ``Optimizer``: a :class:`torch.optim.Optimizer` driven by a transformation.
 
-    The transformations update a whole group at once; ``torch.optim`` skips parameters whose
-    ``.grad`` is ``None``. The group is stepped with zero gradients for them, then their values
-    and their entries in every per-parameter part of the state (a tuple shaped like the group,
-    such as ``mu``) are restored.
+    TorchOpt's own class only resembles ``torch.optim``; its tests use nothing beyond
+    construction from parameters, ``zero_grad``, ``step`` and ``add_param_group``, which
+    ``torch.optim``'s protocol also has. So this class *is* a ``torch.optim.Optimizer`` (an
+    :class:`optax_compat.TorchOptimizer`) and PyTorch's schedulers, ``GradScaler``, gradient
+    clipping, ``torch.distributed.checkpoint`` and Lightning take it as they take
+    ``torch.optim.Adam``. What changes from TorchOpt 0.7.3, on purpose:
+
+    * ``param_groups`` are torch's dicts (``{'params': [...], 'lr': ...}``), and ``state`` is
+      keyed by parameter; ``state_dict()`` is torch's layout (TorchOpt returned a tuple of the
+      raw group states) and loads with ``torch.load(..., weights_only=True)``;
+    * ``zero_grad()`` sets the gradients to ``None`` by default, as ``torch.optim`` does;
+    * ``add_param_group`` takes torch's group dict, or (as TorchOpt) a tree of tensors; a dict
+      without ``'params'`` is refused, not taken for a tree of parameters.
+
+    As in TorchOpt, each group is one tree for ``impl`` (global clipping sees the whole group),
+    and a step may reuse the state buffers and overwrite the ``.grad`` tensors
+    (``inplace=True``). Parameters whose ``.grad`` is ``None`` are skipped as by ``torch.optim``.
+    The aliases (:class:`~torchopt_fn.Adam`, :class:`~torchopt_fn.SGD`, ...) keep their
+    hyper-parameters in the groups, so schedulers and per-group values work on them.
     """
 
-    def __init__(self, params: TupleOfTensors, state: OptState, indices: list[int]) -> None:
-        self.params = params
-        self.indices = indices
-        self.saved_params = [params[i].clone() for i in indices]
-        self.shapes = [p.shape for p in params]
-        leaves, _ = self._flatten(state)
-        self.saved_buffers = [[leaf[i].clone() for i in indices] if self._per_parameter(leaf)
-                              else None for leaf in leaves]
-
-    def _per_parameter(self, node: Any) -> bool:
-        return (isinstance(node, tuple) and not hasattr(node, "_fields")
-                and len(node) == len(self.shapes)
-                and all(isinstance(t, torch.Tensor) and t.shape == shape
-                        for t, shape in zip(node, self.shapes, strict=True)))
-
-    def _flatten(self, state: OptState) -> tuple[list[Any], Any]:
-        return optree.tree_flatten(state, is_leaf=self._per_parameter,
-                                   none_is_leaf=tree_math.NONE_IS_LEAF,
-                                   namespace=tree_math.NAMESPACE)
-
-    def restore(self, state: OptState) -> OptState:
-        """Puts the saved parameters back and returns ``state`` with the saved buffers."""
-        for i, saved in zip(self.indices, self.saved_params, strict=True):
-            self.params[i].copy_(saved)
-        leaves, treespec = self._flatten(state)
-        for position, saved in enumerate(self.saved_buffers):
-            if saved is not None:
-                restored = list(leaves[position])
-                for i, buffer in zip(self.indices, saved, strict=True):
-                    restored[i] = buffer
-                leaves[position] = tuple(restored)
-        return optree.tree_unflatten(treespec, leaves)
-
-
-class Optimizer:
-    """An optimizer with :class:`torch.optim.Optimizer`'s interface and a functional core.
-
-    Each parameter group is a tuple of tensors with its own optimizer state, created by
-    ``impl.init`` at the first :meth:`step`. A step updates the parameters in place under
-    ``torch.no_grad`` (``impl.update(..., inplace=True)`` may reuse the state buffers and
-    overwrite the ``.grad`` tensors, as in TorchOpt). Parameters whose ``.grad`` is ``None``
-    are skipped, as by ``torch.optim``: they and their per-parameter state buffers keep their
-    values (a step counter shared by the group still advances).
-
-    Subclasses may set ``_fused_step`` to a ``step(params, grads, state) -> state`` that does
-    the whole update in place on the same state (the fused Adam kernels of
-    :mod:`optax_compat._src.fused`); :meth:`step` then calls it instead of ``update`` and
-    :func:`apply_updates`.
-    """
-
-    _fused_step: Callable[[Any, Any, OptState], OptState] | None = None
-
-    def __init__(self, params: Iterable[torch.Tensor], impl: GradientTransformation) -> None:
+    def __init__(self, params: Iterable[Any], impl: GradientTransformation) -> None:
         """Builds the optimizer.
 
         Args:
-          params: the tensors to optimize (any tree of tensors).
+          params: the tensors to optimize, ``(name, tensor)`` pairs, or parameter-group dicts.
           impl: the transformation, e.g. ``torchopt_fn.adam(...)`` or a ``chain``; an
             ``optax_compat`` transformation is accepted too.
-        """
-        self.impl: GradientTransformation = as_transformation(impl)
-        self.param_groups: list[TupleOfTensors] = []
-        self.param_treespecs: list[Any] = []
-        self.state_groups: list[OptState] = []
-        if not isinstance(params, (list, tuple)):
-            params = tuple(params)
-        self.add_param_group(params)
-
-    def zero_grad(self, set_to_none: bool = False) -> None:
-        """Zeroes the gradients of the parameters (or sets them to ``None``)."""
-        for group in self.param_groups:
-            for param in group:
-                if set_to_none:
-                    param.grad = None
-                elif param.grad is not None:
-                    if param.grad.grad_fn is not None:
-                        param.grad.detach_()
-                    else:
-                        param.grad.requires_grad_(False)
-                    param.grad.zero_()
-
-    def add_param_group(self, params: Params) -> None:
-        """Adds a tree of tensors as a new group, with its own state."""
-        flat_params, treespec = tree_math.flatten(params)
-        self.param_groups.append(tuple(flat_params))
-        self.param_treespecs.append(treespec)
-        self.state_groups.append(UninitializedState())
-
-    def _initialized_state(self, index: int) -> OptState:
-        state = self.state_groups[index]
-        if isinstance(state, UninitializedState):
-            with torch.no_grad():
-                state = self.impl.init(self.param_groups[index])
-        return state
-
-    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        """Updates the parameters from their ``.grad``, like :meth:`torch.optim.Optimizer.step`.
-
-        Args:
-          closure: re-evaluates the model and returns the loss (called with grad enabled).
-
-        Returns:
-          The closure's loss, or ``None``.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        with torch.no_grad():
-            for index, params in enumerate(self.param_groups):
-                gradless = [i for i, p in enumerate(params) if p.grad is None]
-                if len(gradless) == len(params):
-                    continue
-                state = self._initialized_state(index)
-                frozen = _Frozen(params, state, gradless) if gradless else None
-                grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad for p in params)
-                if self._fused_step is not None:
-                    state = self._fused_step(params, grads, state)
-                else:
-                    updates, state = self.impl.update(grads, state, params=params, inplace=True)
-                    apply_updates(params, updates, inplace=True)
-                self.state_groups[index] = state if frozen is None else frozen.restore(state)
-        return loss
-
-    def state_dict(self) -> tuple[Any, ...]:
-        """The state of each group, as plain containers of tensors (references, not copies).
-
-        NamedTuple states become dicts tagged with their class name, so a checkpoint saved
-        with :func:`torch.save` loads with ``torch.load(..., weights_only=True)``.
-        """
-        return tuple(_state_dict.to_plain(state) for state in self.state_groups)
-
-    def load_state_dict(self, state_dict: Sequence[Any]) -> None:
-        """Loads a state returned by :meth:`state_dict` (copies its tensors).
 
         Raises:
-          ValueError: if the state is from a different optimizer or parameter layout; the
-            optimizer is left unchanged.
+          TypeError: if ``impl`` is not a gradient transformation.
         """
-        self.state_groups[:] = _state_dict.restore_groups(
-            state_dict, self._initialized_state, len(self.state_groups),
-            lambda loaded, own: loaded.to(own.device, copy=True))
+        self.impl: GradientTransformation = as_transformation(impl)
+        super().__init__(params, to_optax(self.impl), inplace=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles ``impl`` with the rest (see :class:`optax_compat.TorchOptimizer`)."""
+        return {**super().__getstate__(), "impl": self.impl}
+
+    def add_param_group(self, param_group: dict[str, Any] | Params) -> None:
+        """Adds a group: torch's dict with ``'params'``, or (TorchOpt) a tree of tensors.
+
+        Raises:
+          ValueError: for a tree holding non-tensors, such as a dict of hyper-parameters
+            without ``'params'``.
+        """
+        if not (isinstance(param_group, dict) and "params" in param_group):
+            leaves = tree_math.leaves(param_group)
+            if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+                raise ValueError(
+                    "add_param_group takes a dict with a 'params' entry (and the group's "
+                    "hyper-parameters) or a tree of tensors, got "
+                    + (f"a dict with keys {sorted(map(str, param_group))}"
+                       if isinstance(param_group, dict) else type(param_group).__name__))
+            param_group = {"params": leaves}
+        super().add_param_group(param_group)
+
+    def _step_functions(self, group: Mapping[str, Any]) -> tuple[
+            optax_base.GradientTransformationExtraArgs, StepFn | None]:
+        """The transformation of ``group`` and an in-place step replacing it (or ``None``).
+
+        The step, ``step(params, grads, state) -> state``, does the whole update in place on
+        the same state (the fused Adam kernels of :mod:`optax_compat._src.fused`).
+        """
+        del group
+        return self.tx, None
+
+    def _transformation(self, group: Mapping[str, Any]) -> Any:
+        return self._step_functions(group)[0]
+
+    def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
+               grads: tuple[torch.Tensor, ...], state: OptState, stepped: list[bool],
+               extra_args: dict[str, Any]) -> OptState:
+        fused_step = self._step_functions(group)[1]
+        if fused_step is None:
+            return super()._apply(group, params, grads, state, stepped, extra_args)
+        kept = [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag]
+        state = fused_step(params, grads, state)
+        for p, value in kept:
+            p.copy_(value)
+        return state
+
+
+def _is_group_entry(value: Any) -> bool:
+    """Whether a constructor argument is a hyper-parameter kept in the groups (as torch does)."""
+    if isinstance(value, tuple):
+        return all(map(_is_group_entry, value))
+    return isinstance(value, (numbers.Number, torch.Tensor))
+
+
+class HyperparameterOptimizer(Optimizer):
+    """An :class:`Optimizer` whose groups build their transformation from their own entries.
+
+    The constructor's numeric arguments (``lr``, ``betas``, ``weight_decay``, flags such as
+    ``maximize``) become entries of every parameter group, as in ``torch.optim``; the others (a
+    schedule given as ``lr``, a ``mask``) are fixed. :meth:`_build` makes the transformation
+    (and the in-place step, if any) from them, by default with the subclass's ``_factory``
+    (the alias, e.g. :func:`torchopt_fn.sgd`); a group rebuilds it when its entries change (a
+    scheduler set ``'lr'``), so each group steps with its own current values, as plain numbers.
+    """
+
+    _factory: Callable[..., GradientTransformation]
+
+    def __init__(self, params: Iterable[Any], **arguments: Any) -> None:
+        """Builds the optimizer; ``arguments`` are those of :meth:`_build`."""
+        self._hyperparameters = {k: v for k, v in arguments.items() if _is_group_entry(v)}
+        self._options = {k: v for k, v in arguments.items() if k not in self._hyperparameters}
+        self._built: dict[int, tuple[tuple[Any, ...], Any, StepFn | None]] = {}
+        super().__init__(params, self._build(**arguments)[0])
+
+    def _initial_defaults(self) -> dict[str, Any]:
+        return dict(self._hyperparameters)
+
+    def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
+        """The transformation ``_factory`` makes of these arguments, and no in-place step."""
+        return type(self)._factory(**arguments), None
+
+    def _step_functions(self, group: Mapping[str, Any]) -> tuple[
+            optax_base.GradientTransformationExtraArgs, StepFn | None]:
+        values = {name: group[name] for name in self._hyperparameters}
+        key = tuple(values.values())
+        built = self._built.get(id(group))
+        if built is None or built[0] != key:
+            impl, fused_step = self._build(**values, **self._options)
+            built = self._built[id(group)] = (key, to_optax(impl), fused_step)
+        return built[1], built[2]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles the constructor's arguments too (the built transformations are rebuilt)."""
+        return {**super().__getstate__(), "_hyperparameters": self._hyperparameters,
+                "_options": self._options, "_built": {}}

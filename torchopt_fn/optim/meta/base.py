@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 from optax_compat._src.building_blocks import tree_math
+from optax_compat import checkpoint
+from optax_compat._src import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn.base import GradientTransformation, UninitializedState
 from torchopt_fn.optim import _state_dict
@@ -114,7 +116,7 @@ class MetaOptimizer:
         NamedTuple states become dicts tagged with their class name, so that a checkpoint
         loads with ``torch.load(..., weights_only=True)``.
         """
-        return tuple(_state_dict.to_plain(state) for state in self.state_groups)
+        return tuple(checkpoint.state_to_dict(state) for state in self.state_groups)
 
     def load_state_dict(self, state_dict: Sequence[Any]) -> None:
         """Loads a state returned by :meth:`state_dict`, keeping references to its tensors.
@@ -124,5 +126,4 @@ class MetaOptimizer:
             meta-optimizer is left unchanged.
         """
         self.state_groups[:] = _state_dict.restore_groups(
-            state_dict, self._initialized_state, len(self.state_groups),
-            lambda loaded, own: loaded.to(own.device))
+            state_dict, self._initialized_state, len(self.state_groups), copy=False)

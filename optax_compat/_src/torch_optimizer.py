@@ -1,0 +1,483 @@
+"""Any gradient transformation as a real :class:`torch.optim.Optimizer`.
+
+PyTorch's training tools (learning-rate schedulers, ``GradScaler``, ``clip_grad_norm_``,
+``torch.distributed.checkpoint``, Lightning) drive optimizers through the ``torch.optim``
+protocol: ``param_groups`` dicts holding the hyper-parameters, ``state`` keyed by parameter,
+``step(closure)``, ``zero_grad``, step hooks and ``state_dict`` in torch's layout.
+:class:`TorchOptimizer` speaks that protocol for any ``optax_compat`` transformation:
+
+* each parameter group is one tree (a tuple of its tensors) with its own transformation state,
+  created when the group is added; the transformation sees the whole group at once, so global
+  operations (``clip_by_global_norm``, masks) act on the group;
+* ``state[p]`` holds ``p``'s share of the group state: each per-parameter buffer under the path
+  of its field (``'0.mu'``, ``'inner_state.0.nu'``) and the group-wide tensors (step counts)
+  under theirs, shared by every parameter of the group (as torch's per-parameter ``'step'``);
+  ``state`` is the optimizer's source of truth, so tools that read or replace ``state[p]``
+  (DCP, ZeRO, Lightning's device moves) see and change what the next step uses;
+* the numeric hyper-parameters of an :func:`~optax_compat.inject_hyperparams` transformation
+  (anywhere in the transformation, not scheduled) are group entries that feed the
+  transformation at every step: ``learning_rate`` is the group's ``'lr'``, ``b1`` and ``b2``
+  are its ``'betas'`` pair, other names are kept. So ``StepLR``, ``OneCycleLR`` (through
+  ``'betas'`` or ``'momentum'``), ``ReduceLROnPlateau`` and per-group values work;
+* parameters whose ``.grad`` is ``None`` are skipped as by ``torch.optim``: they and their
+  buffers keep their values (a step count shared by the group still advances).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import optree
+import torch
+
+from optax_compat._src import base, checkpoint, tree_math
+from optax_compat.schedules._inject import InjectHyperparamsState, InjectStatefulHyperparamsState
+from optax_compat.transforms._masking import MaskedNode
+
+__all__ = ["TorchOptimizer", "torch_optimizer"]
+
+# Optax's name of a hyper-parameter -> the parameter-group key torch's tools use.
+_GROUP_KEYS = {"learning_rate": "lr"}
+# Keys torch's optimizers and schedulers use for hyper-parameters: in a group of a
+# transformation that has no such hyper-parameter they would be silently ignored.
+_TORCH_HYPERPARAMETERS = frozenset({"lr", "betas", "momentum", "weight_decay", "eps"})
+_PER_PARAMETER, _SHARED, _HYPERPARAMETER, _STATIC = range(4)
+
+
+@dataclasses.dataclass
+class _Entry:
+    """One node of a group state flattened down to per-parameter tuples.
+
+    ``kind`` says where its value lives: in ``state[p][key]`` of each parameter (per-parameter
+    buffers; ``fill`` gives the non-tensor entries such as ``MaskedNode`` of masked-out
+    parameters), in ``state[p][key]`` of every parameter alike (shared tensors), in the group
+    under ``key`` (``component`` of a pair such as ``'betas'``), or in ``value`` (non-tensors).
+    """
+
+    kind: int
+    key: str
+    fill: tuple[Any, ...] | None = None
+    component: int | None = None
+    value: Any = None
+
+
+@dataclasses.dataclass
+class _Layout:
+    """How the state of one parameter group is spread over ``state`` and the group dict."""
+
+    treespec: optree.PyTreeSpec
+    entries: list[_Entry]
+
+
+def _path_name(accessor: optree.PyTreeAccessor) -> str:
+    return ".".join(str(getattr(entry, "field", None) or entry.entry) for entry in accessor)
+
+
+def _per_parameter_predicate(size: int) -> Callable[[Any], bool]:
+    """Whether a state node is a tuple with one buffer per parameter of a group of ``size``."""
+
+    def is_per_parameter(node: Any) -> bool:
+        return (type(node) is tuple and len(node) == size
+                and all(isinstance(x, (torch.Tensor, MaskedNode)) for x in node)
+                and any(isinstance(x, torch.Tensor) for x in node))
+
+    return is_per_parameter
+
+
+def _flatten(state: base.OptState, size: int, with_accessors: bool = False) -> Any:
+    flatten = optree.tree_flatten_with_accessor if with_accessors else optree.tree_flatten
+    return flatten(state, is_leaf=_per_parameter_predicate(size),
+                   none_is_leaf=tree_math.NONE_IS_LEAF, namespace=tree_math.NAMESPACE)
+
+
+def _is_inject_state(node: Any) -> bool:
+    return isinstance(node, (InjectStatefulHyperparamsState, InjectHyperparamsState))
+
+
+def _injected_hyperparameters(state: base.OptState) -> dict[str, tuple[str, int | None]]:
+    """Maps the path of each injected, unscheduled hyper-parameter to its group key.
+
+    Raises:
+      ValueError: if two injected hyper-parameters would share a group key.
+    """
+    injected: dict[str, tuple[str, int | None]] = {}
+    accessors, nodes, _ = optree.tree_flatten_with_accessor(
+        state, is_leaf=_is_inject_state, none_is_leaf=tree_math.NONE_IS_LEAF,
+        namespace=tree_math.NAMESPACE)
+    for node, accessor in zip(nodes, accessors, strict=True):
+        if not _is_inject_state(node):
+            continue
+        scheduled = getattr(node, "hyperparams_states", {})
+        names = [name for name in node.hyperparams if name not in scheduled]
+        prefix = _path_name(accessor)
+        for name in names:
+            if name in ("b1", "b2") and {"b1", "b2"} <= set(names):
+                key, component = "betas", int(name == "b2")
+            else:
+                key, component = _GROUP_KEYS.get(name, name), None
+            if any(found == (key, component) for found in injected.values()):
+                raise ValueError(f"Two injected hyper-parameters would both be the parameter "
+                                 f"group's {key!r}; inject it in one place only.")
+            injected[".".join(filter(None, (prefix, "hyperparams", name)))] = (key, component)
+    return injected
+
+
+def _layout(state: base.OptState, size: int) -> _Layout:
+    """Plans how a group state of a group of ``size`` parameters is spread (see ``_Entry``)."""
+    accessors, nodes, treespec = _flatten(state, size, with_accessors=True)
+    injected = _injected_hyperparameters(state)
+    entries = []
+    for node, accessor in zip(nodes, accessors, strict=True):
+        key = _path_name(accessor)
+        if key in injected:
+            group_key, component = injected[key]
+            entries.append(_Entry(_HYPERPARAMETER, group_key, component=component))
+        elif isinstance(node, tuple):
+            fill = tuple(None if isinstance(x, torch.Tensor) else x for x in node)
+            entries.append(_Entry(_PER_PARAMETER, key, fill=fill))
+        elif isinstance(node, torch.Tensor):
+            entries.append(_Entry(_SHARED, key))
+        else:
+            entries.append(_Entry(_STATIC, key, value=node))
+    return _Layout(treespec, entries)
+
+
+def _python_number(value: Any) -> Any:
+    """A hyper-parameter's value as a Python number, as it was most likely written.
+
+    A float32 or float16 hyper-parameter is read back through its shortest decimal form
+    (``1e-3`` rather than ``0.0010000000474974513``), which rounds to the same tensor value.
+    """
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or value.requires_grad:
+        return value
+    if value.dtype in (torch.float32, torch.float16):
+        return float(str(value.detach().cpu().numpy()))
+    return value.item()
+
+
+class TorchOptimizer(torch.optim.Optimizer):
+    """A :class:`torch.optim.Optimizer` that steps with an ``optax_compat`` transformation.
+
+    .. code-block:: python
+
+        tx = optax_compat.inject_hyperparams(optax_compat.adamw)(
+            learning_rate=1e-3, weight_decay=0.01)
+        optimizer = optax_compat.TorchOptimizer(model.parameters(), tx)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
+        for x, y in data:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            scheduler.step()
+
+    See the module documentation for how groups, ``state`` and hyper-parameters map onto the
+    transformation. Gradients are taken from ``.grad``; the update is added to the parameters in
+    place, under ``torch.no_grad``. Sparse gradients are refused (the transformations are dense).
+    ``state_dict()`` is torch's layout with tensors only, so it loads with ``torch.load(...,
+    weights_only=True)``; :meth:`load_state_dict` checks it against the running state first and
+    raises without changing anything if it does not fit.
+    """
+
+    def __init__(self, params: Iterable[Any], tx: base.GradientTransformation, *,
+                 inplace: bool = False) -> None:
+        """Builds the optimizer.
+
+        Args:
+          params: tensors, ``(name, tensor)`` pairs, or parameter-group dicts with a ``'params'``
+            entry and hyper-parameter values for that group (as for any ``torch.optim``
+            optimizer).
+          tx: the transformation, e.g. ``optax_compat.chain(optax_compat.clip_by_global_norm(1.0),
+            optax_compat.inject_hyperparams(optax_compat.adam)(learning_rate=1e-3))``.
+          inplace: pass ``inplace=True`` to the transformation: it may reuse the state buffers
+            and overwrite the ``.grad`` tensors (faster; nothing else changes).
+
+        Raises:
+          TypeError: if ``tx`` is not a gradient transformation.
+          ValueError: if a group names a torch hyper-parameter (``'lr'``, ``'betas'``, ...) that
+            the transformation does not inject.
+        """
+        if not isinstance(tx, base.GradientTransformation):
+            raise TypeError(f"{tx!r} (type: {type(tx).__name__}) is not an optax_compat "
+                            "GradientTransformation")
+        self.tx = base.with_extra_args_support(tx)
+        self.inplace = inplace
+        self._layouts: list[_Layout] = []
+        super().__init__(params, self._initial_defaults())
+
+    def _initial_defaults(self) -> dict[str, Any]:
+        """Hyper-parameters every group gets unless it sets them (subclasses add theirs)."""
+        return {}
+
+    def _transformation(self, group: Mapping[str, Any]) -> base.GradientTransformationExtraArgs:
+        """The transformation that steps ``group`` (the same for every group here)."""
+        del group
+        return self.tx
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles (and deep-copies) the transformation and layouts with torch's fields."""
+        return {**super().__getstate__(), "tx": self.tx, "inplace": self.inplace,
+                "_layouts": self._layouts}
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Adds a parameter group (a dict with ``'params'``) and creates its state.
+
+        Raises:
+          ValueError: if ``param_group`` has no ``'params'`` entry, or names a torch
+            hyper-parameter the transformation does not have.
+        """
+        if not isinstance(param_group, dict) or "params" not in param_group:
+            raise ValueError("A parameter group is a dict with a 'params' entry (and "
+                             f"hyper-parameters), got {type(param_group).__name__}"
+                             + (f" with keys {sorted(param_group)}"
+                                if isinstance(param_group, dict) else ""))
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        try:
+            layout, state = self._initialize(group)
+        except BaseException:
+            self.param_groups.pop()
+            raise
+        self._layouts.append(layout)
+        self._scatter(group, layout, state, [True] * len(group["params"]))
+
+    def _initialize(self, group: dict[str, Any]) -> tuple[_Layout, base.OptState]:
+        """Creates the state of a new group and fills in its hyper-parameters.
+
+        Raises:
+          ValueError: if the group names a torch hyper-parameter the transformation lacks.
+        """
+        params = tuple(group["params"])
+        with torch.no_grad():
+            state = self._transformation(group).init(params)
+        layout = _layout(state, len(params))
+        injected = self._group_values(state, layout, len(params))
+        defaults = {**self.defaults, **injected}
+        unknown = sorted(set(group) & _TORCH_HYPERPARAMETERS - set(defaults))
+        if unknown:
+            raise ValueError(
+                f"The parameter group sets {unknown}, which the transformation does not have "
+                f"(its hyper-parameters: {sorted(defaults)}); build it with "
+                "optax_compat.inject_hyperparams, e.g. inject_hyperparams(adam)(learning_rate="
+                "1e-3) gives the groups an 'lr'.")
+        if len(self.param_groups) == 1:
+            self.defaults.update(injected)
+        for key, value in injected.items():
+            group.setdefault(key, value)
+        return layout, state
+
+    @staticmethod
+    def _group_values(state: base.OptState, layout: _Layout, size: int) -> dict[str, Any]:
+        """The injected hyper-parameters of ``state`` as group entries (Python numbers)."""
+        values: dict[str, Any] = {}
+        for entry, node in zip(layout.entries, _flatten(state, size)[0], strict=True):
+            if entry.kind is _HYPERPARAMETER:
+                number = _python_number(node)
+                if entry.component is None:
+                    values[entry.key] = number
+                else:
+                    pair = list(values.get(entry.key, (None, None)))
+                    pair[entry.component] = number
+                    values[entry.key] = tuple(pair)
+        return values
+
+    def _gather(self, group: Mapping[str, Any], layout: _Layout,
+                copies: list[bool] | None = None) -> base.OptState:
+        """The group state, assembled from ``state[p]`` and the group's hyper-parameters.
+
+        Per-parameter buffers of the parameters flagged in ``copies`` are cloned (an in-place
+        update must leave their stored values untouched).
+        """
+        states = [self.state[p] for p in group["params"]]
+        try:
+            nodes = []
+            for entry in layout.entries:
+                if entry.kind is _PER_PARAMETER:
+                    buffers = [state[entry.key] if fill is None else fill
+                               for state, fill in zip(states, entry.fill, strict=True)]
+                    if copies:
+                        buffers = [b.clone() if copy and isinstance(b, torch.Tensor) else b
+                                   for b, copy in zip(buffers, copies, strict=True)]
+                    nodes.append(tuple(buffers))
+                elif entry.kind is _SHARED:
+                    nodes.append(states[0][entry.key])
+                elif entry.kind is _HYPERPARAMETER:
+                    value = group[entry.key]
+                    nodes.append(value if entry.component is None else value[entry.component])
+                else:
+                    nodes.append(entry.value)
+        except KeyError as error:
+            raise RuntimeError(f"The optimizer state of a parameter has no entry {error}: it "
+                               "was changed by hand or loaded from another optimizer.") from None
+        return layout.treespec.unflatten(nodes)
+
+    def _scatter(self, group: Mapping[str, Any], layout: _Layout, state: base.OptState,
+                 stepped: list[bool]) -> None:
+        """Stores ``state`` in ``state[p]`` for the parameters flagged in ``stepped``."""
+        params = group["params"]
+        nodes, treespec = _flatten(state, len(params))
+        if treespec != layout.treespec:
+            raise RuntimeError(f"The transformation changed the structure of its state, from "
+                               f"{layout.treespec} to {treespec}.")
+        states = [self.state[p] for p in params]
+        for entry, node in zip(layout.entries, nodes, strict=True):
+            if entry.kind is _PER_PARAMETER:
+                for target, value, new in zip(states, node, stepped, strict=True):
+                    if new and isinstance(value, torch.Tensor):
+                        target[entry.key] = value
+            elif entry.kind is _SHARED:
+                if any(target.get(entry.key) is not node for target in states):
+                    for target in states:
+                        target[entry.key] = node
+            elif entry.kind is _STATIC:
+                entry.value = node
+
+    def _dense_gradient(self, grad: torch.Tensor, name: str) -> torch.Tensor:
+        """What the transformation gets for the sparse gradient ``grad``: refused here.
+
+        Raises:
+          RuntimeError: naming the optimizer, the parameter and the alternatives.
+        """
+        raise RuntimeError(
+            f"{type(self).__name__} does not support sparse gradients ({name} has one): its "
+            "transformation is dense. Please consider torch.optim.SparseAdam instead, or "
+            "nn.Embedding(..., sparse=False).")
+
+    def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
+               grads: tuple[torch.Tensor, ...], state: base.OptState, stepped: list[bool],
+               extra_args: dict[str, Any]) -> base.OptState:
+        """Runs the transformation and adds the updates to the parameters flagged in ``stepped``.
+
+        Returns:
+          The new group state.
+        """
+        if self.inplace:
+            extra_args = {**extra_args, "inplace": True}
+        updates, state = self._transformation(group).update(grads, state, params, **extra_args)
+        moved = [i for i, flag in enumerate(stepped) if flag]
+        targets = [params[i] for i in moved]
+        tree_math.add_(targets, [updates[i] if updates[i].dtype == params[i].dtype
+                                 else updates[i].to(params[i].dtype) for i in moved])
+        return state
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Updates every parameter that has a ``.grad``, like :meth:`torch.optim.Optimizer.step`.
+
+        Args:
+          closure: re-evaluates the model and returns the loss (called with grad enabled); the
+            loss is passed to the transformation as the extra argument ``value`` (which
+            :func:`~optax_compat.polyak_sgd` and the line searches of Optax read).
+
+        Returns:
+          The closure's loss, or ``None``.
+
+        Raises:
+          RuntimeError: for a sparse gradient.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        extra_args = {} if loss is None else {
+            "value": loss.detach() if isinstance(loss, torch.Tensor) else loss}
+        with torch.no_grad():
+            for index, (group, layout) in enumerate(zip(self.param_groups, self._layouts,
+                                                        strict=True)):
+                params = tuple(group["params"])
+                stepped = [p.grad is not None for p in params]
+                if not any(stepped):
+                    continue
+                grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad
+                              for p in params)
+                if any(grad.is_sparse for grad in grads):
+                    names = group.get("param_names") or [
+                        f"parameter {i} of group {index}" for i in range(len(params))]
+                    grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
+                                  else grad for grad, name in zip(grads, names, strict=True))
+                copies = [not flag for flag in stepped] if self.inplace else None
+                state = self._gather(group, layout, copies if copies and any(copies) else None)
+                state = self._apply(group, params, grads, state, stepped, extra_args)
+                self._scatter(group, layout, state, stepped)
+        return loss
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Loads a state returned by :meth:`state_dict` (copying its tensors).
+
+        Everything is checked before anything changes: the number and sizes of the groups,
+        and for each parameter the entries, shapes and dtypes of its state. The saved groups'
+        hyper-parameters replace the current ones (their ``'params'`` stay).
+
+        Raises:
+          ValueError: naming what does not fit (another optimizer, another model); the
+            optimizer is left unchanged.
+        """
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
+            raise ValueError("An optimizer state dict has 'state' and 'param_groups' entries, "
+                             f"got {checkpoint.describe(state_dict)}.")
+        saved_groups = list(state_dict["param_groups"])
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"The optimizer has {len(self.param_groups)} parameter groups, the "
+                             f"state dict has {len(saved_groups)}.")
+        saved_state = state_dict["state"]
+        new_state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
+        for index, (group, saved_group, layout) in enumerate(zip(
+                self.param_groups, saved_groups, self._layouts, strict=True)):
+            if not isinstance(saved_group, Mapping) or "params" not in saved_group:
+                raise ValueError(f"Saved parameter group {index} has no 'params' entry.")
+            if len(group["params"]) != len(saved_group["params"]):
+                raise ValueError(f"Parameter group {index} has {len(group['params'])} "
+                                 f"parameters, the state dict's {len(saved_group['params'])}.")
+            missing = sorted(set(self.defaults) - set(saved_group))
+            if missing:
+                raise ValueError(f"Saved parameter group {index} has no {missing}: the state "
+                                 "dict is of another optimizer.")
+            shared_keys = {entry.key for entry in layout.entries if entry.kind is _SHARED}
+            shared: dict[str, torch.Tensor] = {}
+            for saved_id, p in zip(saved_group["params"], group["params"], strict=True):
+                saved = saved_state.get(saved_id, {})
+                own = self.state.get(p, {})
+                where = f"state[{saved_id!r}]"
+                if not isinstance(saved, Mapping) or set(saved) != set(own):
+                    raise ValueError(f"{where}: expected entries {sorted(own)}, got "
+                                     f"{checkpoint.describe(saved)}.")
+                for key, value in own.items():
+                    checkpoint.check_tensor_fits(value, saved[key], f"{where}[{key!r}]")
+                    if key in shared_keys:
+                        shared.setdefault(key, saved[key].to(value.device, copy=True))
+                        new_state[p][key] = shared[key]
+                    else:
+                        new_state[p][key] = saved[key].to(value.device, copy=True)
+        new_groups = []
+        for group, saved_group in zip(self.param_groups, saved_groups, strict=True):
+            new_group = {**saved_group, "params": group["params"]}
+            if "param_names" in group:
+                new_group["param_names"] = group["param_names"]
+            new_groups.append(new_group)
+        self.state = new_state
+        self.param_groups = new_groups
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
+
+
+def torch_optimizer(tx: base.GradientTransformation, params: Iterable[Any], *,
+                    inplace: bool = False) -> TorchOptimizer:
+    """``tx`` as a :class:`torch.optim.Optimizer` over ``params`` (see :class:`TorchOptimizer`).
+
+    Args:
+      tx: any ``optax_compat`` gradient transformation; wrap it (or its inner optimizer) in
+        :func:`~optax_compat.inject_hyperparams` so that schedulers can change its learning
+        rate through the groups' ``'lr'``.
+      params: tensors, ``(name, tensor)`` pairs, or parameter-group dicts.
+      inplace: see :class:`TorchOptimizer`.
+
+    Returns:
+      A :class:`TorchOptimizer`.
+    """
+    return TorchOptimizer(params, tx, inplace=inplace)
+
