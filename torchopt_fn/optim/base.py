@@ -10,12 +10,6 @@ import torch
 
 import optax_compat._src.base as optax_base
 from optax_compat._src.building_blocks import tree_math
-from torchopt_fn.base import GradientTransformation, UninitializedState
-from torchopt_fn.optim import _state_dict
-from torchopt_fn.transform.utils import from_optax
-from torchopt_fn.typing import OptState, Params, TupleOfTensors
-from torchopt_fn.update import apply_updates
-from optax_compat._src import tree_math
 from optax_compat._src.torch_optimizer import TorchOptimizer
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, to_optax

@@ -8,9 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from optax_compat._src.building_blocks import tree_math
 from optax_compat import checkpoint
-from optax_compat._src import tree_math
+from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn.base import GradientTransformation, UninitializedState
 from torchopt_fn.optim import _state_dict
