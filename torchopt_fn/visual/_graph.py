@@ -26,7 +26,7 @@ from torchopt_fn.visual._digraph import GradientGraph, resize_graph
 from torchopt_fn.visual._fusion import FusedStep, Fusion
 from torchopt_fn.visual._params import NamedParameter, ParameterNames
 
-# How each kind of node is drawn, and what it means (the legend of the picture).
+#: How each kind of node is drawn: Graphviz node attributes by kind (the legend of the picture).
 NODE_STYLES: dict[str, dict[str, str]] = {
     "backward": {"fillcolor": "lightgrey"},
     "param": {"fillcolor": "lightblue"},
@@ -38,6 +38,7 @@ NODE_STYLES: dict[str, dict[str, str]] = {
     "unreached": {"fillcolor": "red", "fontcolor": "white"},
     "collapsed": {"fillcolor": "white", "style": "filled,dashed"},
 }
+#: What each kind of node of :data:`NODE_STYLES` means.
 NODE_MEANINGS: dict[str, str] = {
     "backward": "backward function (autograd node)",
     "param": "leaf tensor that requires grad, or a named parameter",
