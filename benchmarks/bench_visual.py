@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _results import add_markdown_option, write_markdown
 from torch import nn
 
 import torchopt_fn
@@ -39,7 +40,7 @@ def best_time(fn: Callable[[], object], repeats: int = 3) -> float:
     return min(times)
 
 
-def maml_node_counts(optimizer: str, steps: int) -> None:
+def maml_node_counts(optimizer: str, steps: int) -> list[str]:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
     inner = getattr(torchopt_fn, optimizer)(net, lr=0.1)
@@ -58,6 +59,9 @@ def maml_node_counts(optimizer: str, steps: int) -> None:
           f"{drawn_nodes(unfused)}, with fusion {drawn_nodes(fused)} "
           f"({drawn_nodes(unfused) / drawn_nodes(fused):.2f}x fewer); fused build "
           f"{seconds * 1e3:.0f} ms; unreached {fused.unreached}")
+    return [f"MAML, {steps} {optimizer} steps, MLP 4-16-1", str(len(walk([outer.grad_fn]))),
+            f"{drawn_nodes(unfused)} without fusion, {drawn_nodes(fused)} with fusion",
+            f"{seconds * 1e3:.0f} ms (fused)", "-"]
 
 
 def unrolled_rnn(steps: int) -> tuple[torch.Tensor, nn.RNNCell]:
@@ -69,16 +73,17 @@ def unrolled_rnn(steps: int) -> tuple[torch.Tensor, nn.RNNCell]:
     return h, cell
 
 
-def rnn_build_time() -> None:
+def rnn_build_time() -> list[str]:
     h, cell = unrolled_rnn(2000)
     nodes = len(walk([h.grad_fn]))
     params = dict(cell.named_parameters())
     seconds = best_time(lambda: make_dot(h, params))
     print(f"RNN cell unrolled 2,000 steps ({nodes} autograd nodes): make_dot builds the "
           f"Digraph in {seconds:.2f} s (best of 3, no layout)")
+    return ["RNN cell unrolled 2,000 steps", str(nodes), "-", f"{seconds * 1e3:.0f} ms", "-"]
 
 
-def layout_time() -> None:
+def layout_time() -> list[list[str]]:
     # Layout cost depends on shape more than size: a weight shared by every step of an unrolled
     # loop gives long edges across all ranks, which Graphviz's dot handles super-linearly.
     torch.manual_seed(0)
@@ -86,21 +91,27 @@ def layout_time() -> None:
     feed_forward = make_dot(deep(torch.randn(2, 8)).sum(), deep.named_parameters())
     h, cell = unrolled_rnn(20)
     recurrent = make_dot(h, dict(cell.named_parameters()))
+    rows = []
     for what, dot in (("MLP, 150 layers", feed_forward), ("RNN cell, 20 steps", recurrent)):
         seconds = best_time(lambda dot=dot: dot.pipe(format="svg"), repeats=1)
         print(f"Graphviz layout to SVG, {what} ({drawn_nodes(dot)} drawn nodes): {seconds:.1f} s")
+        rows.append([what, "-", str(drawn_nodes(dot)), "-", f"{seconds:.1f} s"])
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layout", action="store_true", help="also time Graphviz's layout")
+    add_markdown_option(parser)
     args = parser.parse_args()
-    for optimizer in ("MetaSGD", "MetaAdam"):
-        for steps in (2, 20):
-            maml_node_counts(optimizer, steps)
-    rnn_build_time()
+    rows = [maml_node_counts(optimizer, steps)
+            for optimizer in ("MetaSGD", "MetaAdam") for steps in (2, 20)]
+    rows.append(rnn_build_time())
     if args.layout:
-        layout_time()
+        rows += layout_time()
+    if args.markdown:
+        write_markdown(args.markdown, ["graph", "autograd nodes", "drawn nodes",
+                                       "make_dot build", "Graphviz layout to SVG"], rows)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "myst_nb",
     "apiref",
+    "visual_legend",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}

@@ -1,0 +1,116 @@
+"""Builds the documentation site with warnings as errors and checks that it documents every name.
+
+The build (``python -m sphinx -W --keep-going -j 1 -b html docs <tmp>``) runs once per session in
+a subprocess, on this source tree. It fails on any warning: a broken cross-reference, a
+docstring that is not valid reStructuredText, or a public name missing from the API reference
+(``docs/_ext/apiref.py`` warns about those). The checks below then read the built site's
+inventory, computing the public names independently of the docs' own code. Notebooks are
+rendered from their stored outputs, never executed here (``tests/test_notebooks.py`` runs them).
+"""
+
+import importlib
+import inspect
+import os
+import pathlib
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+from sphinx.util.inventory import InventoryFile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("optax_compat", "torchopt_fn")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("docs")
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-j", "1", "-q", "-b",
+               "html", "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-5000:]
+    return out / "html"
+
+
+def _resolve(dotted: str):
+    top, *rest = dotted.split(".")
+    found = importlib.import_module(top)
+    for part in rest:
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            found = importlib.import_module(f"{found.__name__}.{part}")
+    return found
+
+
+def _public(module) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [name for name in dir(module) if not name.startswith("_")]
+    return [name for name in names if type(getattr(module, name)).__name__ != "_Feature"]
+
+
+def public_namespaces() -> set[str]:
+    """The packages, their public subpackages, and the public modules they export by name."""
+    found = set(PACKAGES)
+    for top in PACKAGES:
+        package = importlib.import_module(top)
+        found |= {info.name for info in pkgutil.walk_packages(package.__path__, prefix=f"{top}.")
+                  if info.ispkg and not any(part.startswith("_") for part in info.name.split("."))}
+    pending = sorted(found)
+    while pending:
+        namespace = pending.pop()
+        module = _resolve(namespace)
+        names = ([name for name in dir(module) if not name.startswith("_")]
+                 if namespace in PACKAGES else _public(module))
+        for name in names:
+            value = getattr(module, name)
+            dotted = f"{namespace}.{name}"
+            if (inspect.ismodule(value) and value.__name__.split(".")[0] in PACKAGES
+                    and dotted not in found):
+                found.add(dotted)
+                pending.append(dotted)
+    return {namespace for namespace in found
+            if any(not inspect.ismodule(getattr(_resolve(namespace), name))
+                   for name in _public(_resolve(namespace)))}
+
+
+def _inventory(site: pathlib.Path) -> dict[str, set[str]]:
+    with open(site / "objects.inv", "rb") as stream:
+        inventory = InventoryFile.load(stream, "", lambda base, uri: uri)
+    return {kind: set(entries) for kind, entries in inventory.items()}
+
+
+def test_every_public_namespace_has_a_page(site: pathlib.Path) -> None:
+    modules = _inventory(site)["py:module"]
+    assert public_namespaces() - modules == set()
+
+
+def test_every_public_name_has_an_entry(site: pathlib.Path) -> None:
+    inventory = _inventory(site)
+    documented = set().union(*(names for kind, names in inventory.items()
+                               if kind.startswith("py:")))
+    public = {f"{namespace}.{name}" for namespace in public_namespaces()
+              for name in _public(_resolve(namespace))
+              if not inspect.ismodule(getattr(_resolve(namespace), name))}
+    assert len(public) > 900
+    assert public - documented == set()
+
+
+def test_notebooks_are_rendered_with_their_outputs(site: pathlib.Path) -> None:
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for notebook in notebooks:
+        page = (site / "notebooks" / f"{notebook.stem}.html").read_text()
+        assert "cell_output" in page, notebook.stem
+
+
+def test_benchmark_pages_show_the_result_files(site: pathlib.Path) -> None:
+    for script, page in (("bench_step", "step"), ("bench_contrib", "contrib"),
+                         ("bench_muon", "muon"), ("bench_visual", "visual")):
+        results = (ROOT / "benchmarks" / "results" / f"{script}.md").read_text()
+        row = results.strip().splitlines()[-1].split("|")[1].strip()
+        assert f"benchmarks/{script}.py" in results
+        assert row in (site / "benchmarks" / f"{page}.html").read_text(), script
