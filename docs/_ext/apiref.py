@@ -16,6 +16,7 @@ import __future__
 
 import importlib
 import inspect
+import itertools
 import pathlib
 import re
 import sys
@@ -109,11 +110,17 @@ def _heading(text: str, underline: str) -> list[str]:
 
 def _topic_page(title: str, intro: str, sections: list[tuple[str, list[str]]],
                 canonical: dict[int, str]) -> list[str]:
-    lines = [*_heading(title, "="), ".. py:currentmodule:: None", ""]
+    lines = _heading(title, "=")
     if intro:
         lines += [intro.strip(), ""]
-    lines += [".. autosummary::", "   :nosignatures:", ""]
-    lines += [f"   {name}" for _, names in sections for name in names] + [""]
+    # One summary table per namespace, in that module's context, so that the summaries'
+    # short cross-references (":func:`adam`") resolve as they do in the entries.
+    names = [name for _, section in sections for name in section]
+    for namespace, group in itertools.groupby(names, key=lambda name: name.rsplit(".", 1)[0]):
+        lines += [f".. py:currentmodule:: {namespace}", "", ".. autosummary::",
+                  "   :nosignatures:", ""]
+        lines += [f"   {name.rsplit('.', 1)[1]}" for name in group] + [""]
+    lines += [".. py:currentmodule:: None", ""]
     for section, names in sections:
         lines += _heading(section, "-")
         for name in names:

@@ -447,8 +447,8 @@ def muon(
         (``0.2`` matches AdamW's RMS); ``None``: ``sqrt(max(1, fan_out / fan_in))``.
 
     Returns:
-      The optimizer as a gradient transformation (a :func:`partition` into ``'muon'`` and
-      ``'adam'``).
+      The optimizer as a gradient transformation (a :func:`~optax_compat.partition` into
+      ``'muon'`` and ``'adam'``).
 
     References:
       Jordan, `modded-nanogpt: Speedrunning the NanoGPT baseline

@@ -303,7 +303,8 @@ def adaptive_grad_clip(clipping: Scalar, eps: Scalar = 1e-3,
     Args:
       clipping: the largest allowed ratio of update norm to parameter norm.
       eps: floor of the parameter norm, so that zero-initialised params can still move.
-      axis: the axes of a unit (see :func:`unitwise_norm`); layout rules when ``None``.
+      axis: the axes of a unit (see :func:`~optax_compat.transforms.unitwise_norm`); layout
+        rules when ``None``.
 
     Returns:
       A stateless :class:`GradientTransformation` that needs ``params``.
