@@ -14,12 +14,14 @@ warning, so ``sphinx -W`` fails until the layout gives it a page.
 from __future__ import annotations
 import __future__
 
+import collections.abc
 import importlib
 import inspect
 import itertools
 import pathlib
 import re
 import sys
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,15 +57,18 @@ def resolve(dotted: str) -> Any:
 def public_names(namespace: str) -> list[str]:
     """The public names of a namespace: its ``__all__``, else its non-underscore attributes.
 
-    Modules are left out (each public module is a namespace of its own), and so are
-    ``from __future__`` imports.
+    Modules are left out (each public module is a namespace of its own). A module without
+    ``__all__`` also shows what it imported for its annotations (``from __future__ import
+    annotations``, ``typing.Any``, ``collections.abc.Sequence``); those are left out too.
     """
     module = resolve(namespace)
     names = getattr(module, "__all__", None)
     if names is None:
-        names = [name for name in dir(module) if not name.startswith("_")]
-    return [name for name in names if not inspect.ismodule(getattr(module, name))
-            and not isinstance(getattr(module, name), __future__._Feature)]
+        names = [name for name in dir(module) if not name.startswith("_")
+                 and not isinstance(getattr(module, name), __future__._Feature)
+                 and not any(getattr(helper, name, None) is getattr(module, name)
+                             for helper in (typing, collections.abc))]
+    return [name for name in names if not inspect.ismodule(getattr(module, name))]
 
 
 def all_public_names(namespaces: list[str]) -> Iterator[str]:
