@@ -1,7 +1,7 @@
 """Builds the documentation site with warnings as errors and checks that it documents every name.
 
-The build (``python -m sphinx -W --keep-going -j 1 -b html docs <tmp>``) runs once per session in
-a subprocess, on this source tree. It fails on any warning: a broken cross-reference, a
+The build (``python -m sphinx -W --keep-going -j 1 -b html docs <tmp>``) runs once, in a
+subprocess, on this source tree. It fails on any warning: a broken cross-reference, a
 docstring that is not valid reStructuredText, or a public name missing from the API reference
 (``docs/_ext/apiref.py`` warns about those). The checks below then read the built site's
 inventory, computing the public names independently of the docs' own code. Notebooks are
@@ -20,16 +20,13 @@ import subprocess
 import sys
 import typing
 
-import pytest
 from sphinx.util.inventory import InventoryFile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("optax_compat", "torchopt_fn")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    out = tmp_path_factory.mktemp("docs")
+def _build(out: pathlib.Path) -> pathlib.Path:
     command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-j", "1", "-q", "-b",
                "html", "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -94,12 +91,12 @@ def _inventory(site: pathlib.Path) -> dict[str, set[str]]:
     return {kind: set(entries) for kind, entries in inventory.items()}
 
 
-def test_every_public_namespace_has_a_page(site: pathlib.Path) -> None:
+def _check_namespaces(site: pathlib.Path) -> None:
     modules = _inventory(site)["py:module"]
     assert public_namespaces() - modules == set()
 
 
-def test_every_public_name_has_an_entry(site: pathlib.Path) -> None:
+def _check_names(site: pathlib.Path) -> None:
     inventory = _inventory(site)
     documented = set().union(*(names for kind, names in inventory.items()
                                if kind.startswith("py:")))
@@ -110,7 +107,7 @@ def test_every_public_name_has_an_entry(site: pathlib.Path) -> None:
     assert public - documented == set()
 
 
-def test_notebooks_are_rendered_with_their_outputs(site: pathlib.Path) -> None:
+def _check_notebooks(site: pathlib.Path) -> None:
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
     assert notebooks
     for notebook in notebooks:
@@ -118,10 +115,19 @@ def test_notebooks_are_rendered_with_their_outputs(site: pathlib.Path) -> None:
         assert "cell_output" in page, notebook.stem
 
 
-def test_benchmark_pages_show_the_result_files(site: pathlib.Path) -> None:
+def _check_benchmarks(site: pathlib.Path) -> None:
     for script, page in (("bench_step", "step"), ("bench_contrib", "contrib"),
                          ("bench_muon", "muon"), ("bench_visual", "visual")):
         results = (ROOT / "benchmarks" / "results" / f"{script}.md").read_text()
         row = results.strip().splitlines()[-1].split("|")[1].strip()
         assert f"benchmarks/{script}.py" in results
         assert row in (site / "benchmarks" / f"{page}.html").read_text(), script
+
+
+def test_site_builds_and_documents_every_public_name(tmp_path: pathlib.Path) -> None:
+    """One test, so that parallel workers do not build the site twice."""
+    site = _build(tmp_path)
+    _check_namespaces(site)  # every public module has a page
+    _check_names(site)  # every public name has an entry
+    _check_notebooks(site)  # rendered with their stored outputs
+    _check_benchmarks(site)  # the pages show the results files the scripts wrote
