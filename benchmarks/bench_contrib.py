@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _results import add_markdown_option, write_markdown
 from bench_step import (
     LEARNING_RATE,
     SIZES,
@@ -114,12 +115,14 @@ def main() -> None:
                         help="comma-separated optimizers whose Optax column is skipped")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="stop glibc from returning freed memory to the OS every step")
+    add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.keep_freed_memory:
         keep_freed_memory()
     print(f"{'model':<6}{'optimizer':<22}{'adam foreach ms':>16}{'ours':>8}{'optax jit':>11}")
+    rows: list[list[str]] = []
     for size in args.sizes.split(","):
         total, count = SIZES[size]
         shapes = shapes_for(int(total * args.scale), count)
@@ -132,6 +135,11 @@ def main() -> None:
             optax_ratio = f"{times['optax'] / baseline:>11.2f}" if "optax" in times else ""
             print(f"{size:<6}{name:<22}{baseline * 1e3:>16.2f}{times['ours'] / baseline:>8.2f}"
                   f"{optax_ratio}", flush=True)
+            rows.append([size, name, f"{baseline * 1e3:.2f}", f"{times['ours'] / baseline:.2f}",
+                         optax_ratio.strip() or "not run"])
+    if args.markdown:
+        write_markdown(args.markdown, ["model", "optimizer", "torch.optim.Adam foreach ms",
+                                       "optax_compat (x Adam)", "Optax jit (x Adam)"], rows)
 
 if __name__ == "__main__":
     main()

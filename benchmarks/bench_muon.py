@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from _results import add_markdown_option, write_markdown
 
 import optax_compat
 from optax_compat.contrib import _muon
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -103,6 +105,10 @@ def main() -> None:
           f"{torch.get_num_threads()}")
     for name, samples in times.items():
         print(f"{name:28s} {1e3 * statistics.median(samples):8.2f} ms")
+    if args.markdown:
+        write_markdown(args.markdown, ["step", "ms"],
+                       [[name, f"{1e3 * statistics.median(samples):.2f}"]
+                        for name, samples in times.items()])
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _results import add_markdown_option, write_markdown
 
 import optax_compat
 from optax_compat._src import fused
@@ -280,6 +281,7 @@ def main() -> None:
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="tell glibc malloc to keep freed memory instead of returning it "
                              "to the OS (see keep_freed_memory)")
+    add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -292,6 +294,7 @@ def main() -> None:
     header = f"{'size':<6}{'optimizer':<11}{'implementation':<22}{'ms':>10}{'x foreach':>11}"
     print(header)
     print("-" * len(header))
+    rows: list[list[str]] = []
     for size in args.sizes.split(","):
         total, count = SIZES[size]
         shapes = shapes_for(int(total * args.scale), count)
@@ -305,6 +308,7 @@ def main() -> None:
                     steps[label]()  # fails early if, e.g., ``inplace`` is not supported
                 except TypeError as error:
                     print(f"{size:<6}{name:<11}{label:<22}{'n/a':>10}   ({error})")
+                    rows.append([size, name, label, "n/a", str(error)])
                     steps.pop(label, None)
             medians = median_times(steps, args.repeats, args.warmup)
             baseline = medians.get("torch.optim foreach")
@@ -312,8 +316,12 @@ def main() -> None:
                 ratio = f"{seconds / baseline:>11.2f}" if baseline else f"{'':>11}"
                 print(f"{size:<6}{name:<11}{label:<22}{seconds * 1e3:>10.2f}{ratio}",
                       flush=True)
+                rows.append([size, name, label, f"{seconds * 1e3:.2f}", ratio.strip()])
             steps.clear()
             gc.collect()
+    if args.markdown:
+        write_markdown(args.markdown, ["model", "optimizer", "implementation", "ms",
+                                       "x torch.optim foreach"], rows)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _results import add_markdown_option, write_markdown
 from torch import nn
 
 import torchopt_fn
@@ -55,7 +56,7 @@ def best_time(fn: Callable[[], object], repeats: int = 3) -> float:
     return min(times)
 
 
-def maml_node_counts(optimizer: str, steps: int) -> None:
+def maml_node_counts(optimizer: str, steps: int) -> list[str]:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
     inner = getattr(torchopt_fn, optimizer)(net, lr=0.1)
@@ -74,6 +75,9 @@ def maml_node_counts(optimizer: str, steps: int) -> None:
           f"{drawn_nodes(unfused)}, with fusion {drawn_nodes(fused)} "
           f"({drawn_nodes(unfused) / drawn_nodes(fused):.2f}x fewer); fused build "
           f"{seconds * 1e3:.0f} ms; unreached {fused.unreached}")
+    return [f"MAML, {steps} {optimizer} steps, MLP 4-16-1", str(len(walk([outer.grad_fn]))),
+            f"{drawn_nodes(unfused)} without fusion, {drawn_nodes(fused)} with fusion",
+            f"{seconds * 1e3:.0f} ms (fused)", "-"]
 
 
 def unrolled_rnn(steps: int) -> tuple[torch.Tensor, nn.RNNCell]:
@@ -96,10 +100,11 @@ def layout_seconds(source: str, timeout: float) -> float | None:
     return time.perf_counter() - start
 
 
-def rnn_table(sizes: list[int], timeout: float) -> None:
+def rnn_table(sizes: list[int], timeout: float) -> list[list[str]]:
     print(f"\nRNN cell unrolled (8 features); layout = dot -Tsvg, killed after {timeout:.0f} s")
     print(f"{'target':>7} {'steps':>6} {'autograd':>9}  {'mode':<18} {'drawn':>6} "
           f"{'build':>8} {'layout':>9}")
+    rows = []
     for size in sizes:
         steps = max(1, (size - RNN_FIXED_NODES) // RNN_NODES_PER_STEP)
         h, cell = unrolled_rnn(steps)
@@ -114,6 +119,9 @@ def rnn_table(sizes: list[int], timeout: float) -> None:
             layout = f"> {timeout:.0f} s" if seconds is None else f"{seconds:.1f} s"
             print(f"{size:>7} {steps:>6} {autograd:>9}  {mode:<18} {drawn_nodes(dot):>6} "
                   f"{build * 1e3:>5.0f} ms {layout:>9}", flush=True)
+            rows.append([f"RNN cell, {steps} steps ({mode})", str(autograd),
+                         str(drawn_nodes(dot)), f"{build * 1e3:.0f} ms", layout])
+    return rows
 
 
 def main() -> None:
@@ -124,13 +132,16 @@ def main() -> None:
                         help="seconds after which a Graphviz layout is killed")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads (default: leave PyTorch's choice)")
+    add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    for optimizer in ("MetaSGD", "MetaAdam"):
-        for steps in (2, 20):
-            maml_node_counts(optimizer, steps)
-    rnn_table(args.sizes, args.timeout)
+    rows = [maml_node_counts(optimizer, steps)
+            for optimizer in ("MetaSGD", "MetaAdam") for steps in (2, 20)]
+    rows += rnn_table(args.sizes, args.timeout)
+    if args.markdown:
+        write_markdown(args.markdown, ["graph", "autograd nodes", "drawn nodes",
+                                       "make_dot build", "Graphviz layout to SVG"], rows)
 
 
 if __name__ == "__main__":

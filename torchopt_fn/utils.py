@@ -171,7 +171,7 @@ def extract_state_dict(
       device: move the extracted tensors to this device.
       with_buffers: also extract the buffers of a module.
       detach_buffers: extract buffers as detached copies whatever ``by`` is.
-      enable_visual: fill :attr:`ModuleState.visual_contents` for the visualizer.
+      enable_visual: fill ``ModuleState.visual_contents`` for the visualizer.
       visual_prefix: prefix of the parameter names in ``visual_contents``.
 
     Returns:

@@ -51,6 +51,19 @@ def adabelief(
     References:
       Zhuang et al, `AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
       Gradients <https://arxiv.org/abs/2010.07468>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adabelief(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.6523, -1.6506])
     """
     return _combining.chain(
         transform.scale_by_belief(b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov),
@@ -82,6 +95,19 @@ def adadelta(
     References:
       Zeiler, `Adadelta: An Adaptive Learning Rate Method
       <https://arxiv.org/abs/1212.5701>`_, 2012.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adadelta(learning_rate=1.0)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.9903, -1.9903])
     """
     return _combining.chain(
         _adding.add_decayed_weights(weight_decay, mask=weight_decay_mask),
@@ -129,6 +155,19 @@ def adafactor(
     References:
       Shazeer et al, `Adafactor: Adaptive Learning Rates with Sublinear Memory Cost
       <https://arxiv.org/abs/1804.04235>`_, 2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adafactor(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.5987, -1.5822])
     """
     steps = [factorized.scale_by_factored_rms(
         factored, decay_rate, decay_offset, min_dim_size_to_factor, eps)]
@@ -165,6 +204,19 @@ def adagrad(
     References:
       Duchi et al, `Adaptive Subgradient Methods for Online Learning and Stochastic
       Optimization <https://jmlr.org/papers/v12/duchi11a.html>`_, 2011.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adagrad(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7823, -1.7763])
     """
     return _combining.chain(
         transform.scale_by_rss(initial_accumulator_value=initial_accumulator_value, eps=eps),
@@ -203,6 +255,19 @@ def adam(
 
       Dozat, `Incorporating Nesterov Momentum into Adam
       <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adam(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7016, -1.7006])
     """
     steps = _combining.chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
@@ -224,6 +289,19 @@ Takes the arguments of :func:`adam`.
 References:
   Dozat, `Incorporating Nesterov Momentum into Adam
   <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
+
+Examples:
+  >>> import torch
+  >>> import optax_compat as optax
+  >>> params = {"w": torch.tensor([1.0, -2.0])}
+  >>> opt = optax.nadam(learning_rate=0.1)
+  >>> state = opt.init(params)
+  >>> for _ in range(3):
+  ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+  ...     updates, state = opt.update(grads, state, params)
+  ...     params = optax.apply_updates(params, updates)
+  >>> params["w"]
+  tensor([ 0.6406, -1.6343])
 """
 
 
@@ -259,6 +337,19 @@ def adamw(
     References:
       Loshchilov et al, `Decoupled Weight Decay Regularization
       <https://arxiv.org/abs/1711.05101>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adamw(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7016, -1.7006])
     """
     steps = _combining.chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
@@ -283,6 +374,19 @@ References:
 
   Dozat, `Incorporating Nesterov Momentum into Adam
   <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
+
+Examples:
+  >>> import torch
+  >>> import optax_compat as optax
+  >>> params = {"w": torch.tensor([1.0, -2.0])}
+  >>> opt = optax.nadamw(learning_rate=0.1)
+  >>> state = opt.init(params)
+  >>> for _ in range(3):
+  ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+  ...     updates, state = opt.update(grads, state, params)
+  ...     params = optax.apply_updates(params, updates)
+  >>> params["w"]
+  tensor([ 0.6406, -1.6342])
 """
 
 
@@ -315,6 +419,19 @@ def adan(
     References:
       Xie et al, `Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep
       Models <https://arxiv.org/abs/2208.06677>`_, 2022.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adan(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7007, -1.7002])
     """
     return _combining.chain(
         transform.scale_by_adan(b1=b1, b2=b2, b3=b3, eps=eps, eps_root=eps_root),
@@ -348,6 +465,19 @@ def lion(
     References:
       Chen et al, `Symbolic Discovery of Optimization Algorithms
       <https://arxiv.org/abs/2302.06675>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.lion(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.6997, -1.6994])
     """
     return _combining.chain(
         transform.scale_by_lion(b1=b1, b2=b2, mu_dtype=mu_dtype),
@@ -384,6 +514,19 @@ def amsgrad(
     References:
       Reddi et al, `On the Convergence of Adam and Beyond
       <https://openreview.net/forum?id=ryQu7f-RZ>`_, 2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.amsgrad(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7158, -1.7079])
     """
     return _combining.chain(
         transform.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
@@ -409,6 +552,19 @@ def fromage(
     References:
       Bernstein et al, `On the distance between two neural networks and the stability of
       learning <https://arxiv.org/abs/2002.03432>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.fromage(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7182, -1.4364])
     """
     if callable(learning_rate):
         def shrink(count: Any) -> Any:
@@ -456,6 +612,19 @@ def lars(
     References:
       You et al, `Large Batch Training of Convolutional Networks
       <https://arxiv.org/abs/1708.03888>`_, 2017.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.lars(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.9994, -1.9989])
     """
     return _combining.chain(
         _adding.add_decayed_weights(weight_decay, mask=weight_decay_mask),
@@ -495,6 +664,19 @@ def lamb(
     References:
       You et al, `Large Batch Optimization for Deep Learning: Training BERT in 76 minutes
       <https://arxiv.org/abs/1904.00962>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.lamb(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.5702, -1.5675])
     """
     return _combining.chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
@@ -527,6 +709,16 @@ def noisy_sgd(
     References:
       Neelakantan et al, `Adding Gradient Noise Improves Learning for Very Deep Networks
       <https://arxiv.org/abs/1511.06807>`_, 2015.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.noisy_sgd(learning_rate=0.1, key=0)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": 2 * params["w"]}, state)
+      >>> updates["w"].shape  # the step plus Gaussian noise of decaying variance
+      torch.Size([2])
     """
     return _combining.chain(
         _adding.add_noise(eta, gamma, key, seed=seed),
@@ -546,6 +738,19 @@ def sign_sgd(learning_rate: base.ScalarOrSchedule) -> base.GradientTransformatio
     References:
       Bernstein et al, `signSGD: Compressed Optimisation for Non-Convex Problems
       <https://arxiv.org/abs/1802.04434>`_, 2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.sign_sgd(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7000, -1.7000])
     """
     return _combining.chain(
         transform.scale_by_sign(),
@@ -571,6 +776,19 @@ def signum(
     References:
       Bernstein et al, `signSGD: Compressed Optimisation for Non-Convex Problems
       <https://arxiv.org/abs/1802.04434>`_, 2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.signum(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7000, -1.7000])
     """
     return _combining.chain(
         _accumulation.ema(beta, debias=False, accumulator_dtype=accumulator_dtype),
@@ -603,6 +821,19 @@ def novograd(
     References:
       Ginsburg et al, `Stochastic Gradient Methods with Layer-wise Adaptive Moments for
       Training of Deep Networks <https://arxiv.org/abs/1905.11286>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.novograd(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7514, -1.5027])
     """
     return _combining.chain(
         transform.scale_by_novograd(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
@@ -630,6 +861,19 @@ def optimistic_gradient_descent(
       Mokhtari et al, `A Unified Analysis of Extra-gradient and Optimistic Gradient Methods
       for Saddle Point Problems: Proximal Point Approach
       <https://arxiv.org/abs/1901.08511>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.optimistic_gradient_descent(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.5680, -1.1360])
     """
     return _combining.chain(
         transform.scale_by_optimistic_gradient(alpha=alpha, beta=beta),
@@ -669,6 +913,19 @@ def optimistic_adam(
     References:
       Daskalakis et al, `Training GANs with Optimism <https://arxiv.org/abs/1711.00141>`_,
       2017.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.optimistic_adam(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.6841, -1.6757])
     """
     warnings.warn("`optimistic_adam` is deprecated, please use `optimistic_adam_v2` instead.",
                   category=DeprecationWarning, stacklevel=2)
@@ -717,6 +974,19 @@ def optimistic_adam_v2(
     References:
       Daskalakis et al, `Training GANs with Optimism <https://arxiv.org/abs/1711.00141>`_,
       2017.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.optimistic_adam_v2(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.6841, -1.6757])
     """
     return _combining.chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
@@ -754,6 +1024,19 @@ def radam(
     References:
       Liu et al, `On the Variance of the Adaptive Learning Rate and Beyond
       <https://arxiv.org/abs/1908.03265>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.radam(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.4623, -0.9246])
     """
     return _combining.chain(
         transform.scale_by_radam(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
@@ -795,6 +1078,19 @@ def rmsprop(
 
       Graves, `Generating Sequences With Recurrent Neural Networks
       <https://arxiv.org/abs/1308.0850>`_, 2014.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.rmsprop(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.3692, -1.3087])
     """
     scale_by_moments = transform.scale_by_stddev if centered else transform.scale_by_rms
     return _combining.chain(
@@ -826,6 +1122,19 @@ def sgd(
     References:
       Sutskever et al, `On the importance of initialization and momentum in deep learning
       <http://proceedings.mlr.press/v28/sutskever13.pdf>`_, 2013.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.sgd(learning_rate=0.1, momentum=0.9)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.0620, -0.1240])
     """
     momentum_step = (
         _accumulation.trace(decay=momentum, nesterov=nesterov,
@@ -853,6 +1162,19 @@ def sm3(
     References:
       Anil et al, `Memory-Efficient Adaptive Optimization
       <https://arxiv.org/abs/1901.11150>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.sm3(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.9538, -1.9538])
     """
     return _combining.chain(
         transform.scale_by_sm3(momentum),
@@ -881,6 +1203,19 @@ def yogi(
       Zaheer et al, `Adaptive Methods for Nonconvex Optimization
       <https://proceedings.neurips.cc/paper/2018/file/90365351ccc7437a1309dc64e4db32a3-Paper.pdf>`_,
       2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.yogi(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7019, -1.7008])
     """
     return _combining.chain(
         transform.scale_by_yogi(b1=b1, b2=b2, eps=eps),
@@ -908,6 +1243,19 @@ def adamax(
     References:
       Kingma et al, `Adam: A Method for Stochastic Optimization
       <https://arxiv.org/abs/1412.6980>`_, 2014.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adamax(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7155, -1.7076])
     """
     return _combining.chain(
         transform.scale_by_adamax(b1=b1, b2=b2, eps=eps),
@@ -940,6 +1288,19 @@ def adamaxw(
     References:
       Loshchilov et al, `Decoupled Weight Decay Regularization
       <https://arxiv.org/abs/1711.05101>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.adamaxw(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7155, -1.7076])
     """
     return _combining.chain(
         transform.scale_by_adamax(b1=b1, b2=b2, eps=eps),
@@ -970,6 +1331,19 @@ def rprop(
     References:
       Riedmiller et al, `A direct adaptive method for faster backpropagation learning: the
       RPROP algorithm <https://ieeexplore.ieee.org/document/298623>`_, 1993.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.rprop(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7800, -1.7800])
     """
     return _combining.chain(
         transform.scale_by_rprop(learning_rate=learning_rate, eta_minus=eta_minus,
@@ -1006,6 +1380,20 @@ def polyak_sgd(
 
       Berrada et al, `Training neural networks for and by interpolation
       <https://arxiv.org/abs/1906.05661>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.polyak_sgd(max_learning_rate=1.0)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     value = (params["w"] ** 2).sum()
+      ...     grads = {"w": 2 * params["w"]}
+      ...     updates, state = opt.update(grads, state, params, value=value)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.1250, -0.2500])
     """
     return _combining.chain(
         sgd(learning_rate=scaling),
@@ -1050,6 +1438,23 @@ def lbfgs(
 
       Liu and Nocedal, `On the limited memory BFGS method for large scale optimization
       <https://doi.org/10.1007/BF01589116>`_, 1989.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> def loss(params):
+      ...     return ((params["w"] - torch.tensor([3.0, -1.0])) ** 2).sum()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.lbfgs()
+      >>> state = opt.init(params)
+      >>> value_and_grad = optax.value_and_grad_from_state(loss)
+      >>> for _ in range(3):
+      ...     value, grads = value_and_grad(params, state=state)
+      ...     updates, state = opt.update(grads, state, params, value=value, grad=grads,
+      ...                                 value_fn=loss)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 3., -1.])
     """
     if learning_rate is None:
         base_scaling = transform.scale(-1.0)

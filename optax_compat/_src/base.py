@@ -100,7 +100,14 @@ class EmptyState(NamedTuple):
 
 
 def init_empty_state(params: Params) -> EmptyState:
-    """An ``init`` function for stateless transformations."""
+    """An ``init`` function for stateless transformations.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> optax.init_empty_state({"w": torch.zeros(2)})
+      EmptyState()
+    """
     tree_math.check_is_tree(params)
     return EmptyState()
 
@@ -110,6 +117,16 @@ def identity() -> GradientTransformation:
 
     Returns:
       A stateless :class:`GradientTransformation`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.identity()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None):
@@ -124,6 +141,16 @@ def set_to_zero() -> GradientTransformation:
 
     Returns:
       A stateless :class:`GradientTransformation`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.set_to_zero()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([0., 0.])
     """
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None):
@@ -141,6 +168,16 @@ def stateless(f: Callable[[Updates, Optional[Params]], Updates]) -> GradientTran
 
     Returns:
       A :class:`GradientTransformation` with an :class:`EmptyState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.stateless(lambda updates, params: optax.tree.scale(-0.1, updates))
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state)
+      >>> updates["w"]
+      tensor([-0.0500,  0.1000])
     """
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None):
@@ -160,6 +197,16 @@ def stateless_with_tree_map(
 
     Returns:
       A :class:`GradientTransformation` with an :class:`EmptyState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.stateless_with_tree_map(lambda g, p: g + 0.1 * p)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]  # weight decay written by hand
+      tensor([ 0.6000, -1.2000])
     """
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None):
@@ -179,6 +226,16 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
 
     Returns:
       ``tx`` itself if it already supports extra args, else a wrapper that drops them.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.with_extra_args_support(optax.scale(-0.1))
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.ones(2)}, state, loss=1.0)  # ignored
+      >>> updates["w"]
+      tensor([-0.1000, -0.1000])
     """
     if isinstance(tx, GradientTransformationExtraArgs):
         return tx

@@ -104,6 +104,18 @@ def scale_by_factored_rms(
       <https://arxiv.org/abs/1804.04235>`_, 2018
 
       Zhai et al, `Scaling Vision Transformers <https://arxiv.org/abs/2106.04560>`_, 2021
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_factored_rms(min_dim_size_to_factor=2)
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]
+      tensor([[ 0.4971, -2.0494],
+              [ 1.1114,  0.0000]])
     """
 
     def factored_dims_of(param: torch.Tensor) -> tuple[int, int] | None:

@@ -152,6 +152,16 @@ def scale_by_lbfgs(
 
       Liu and Nocedal, `On the limited memory BFGS method for large scale optimization
       <https://doi.org/10.1007/BF01589116>`_, 1989.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_lbfgs()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.4472, -0.8944])
     """
     if memory_size < 1:
         raise ValueError("memory_size must be >= 1")

@@ -16,6 +16,12 @@ def global_norm(updates: base.PyTree) -> torch.Tensor:
     """The L2 norm of all leaves of ``updates`` taken together (deprecated in Optax too).
 
     Prefer :func:`optax_compat.tree.norm`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> optax.global_norm({"a": torch.tensor([3.0]), "b": torch.tensor([4.0])})
+      tensor(5.)
     """
     warnings.warn("optax_compat.global_norm is deprecated in favor of optax_compat.tree.norm",
                   DeprecationWarning, stacklevel=2)

@@ -240,6 +240,21 @@ def scale_by_backtracking_linesearch(
 
       Nocedal & Wright, `Numerical Optimization <https://doi.org/10.1007/978-0-387-40065-5>`_,
       1999.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> def loss(params):
+      ...     return ((params["w"] - torch.tensor([3.0, -1.0])) ** 2).sum()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.chain(optax.sgd(learning_rate=1.0),
+      ...                  optax.scale_by_backtracking_linesearch(max_backtracking_steps=15))
+      >>> state = tx.init(params)
+      >>> grads = {"w": 2 * (params["w"] - torch.tensor([3.0, -1.0]))}
+      >>> updates, state = tx.update(grads, state, params, value=loss(params),
+      ...                            grad=grads, value_fn=loss)
+      >>> loss(optax.apply_updates(params, updates)) < loss(params)
+      tensor(True)
     """
 
     def init_fn(params: base.Params) -> ScaleByBacktrackingLinesearchState:
@@ -758,6 +773,21 @@ def scale_by_zoom_linesearch(
 
       Hager and Zhang, `Algorithm 851: CG_DESCENT, a Conjugate Gradient Method with
       Guaranteed Descent <https://doi.org/10.1145/1132973.1132979>`_, 2006.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> def loss(params):
+      ...     return ((params["w"] - torch.tensor([3.0, -1.0])) ** 2).sum()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.chain(optax.sgd(learning_rate=1.0),
+      ...                  optax.scale_by_zoom_linesearch(max_linesearch_steps=15))
+      >>> state = tx.init(params)
+      >>> grads = {"w": 2 * (params["w"] - torch.tensor([3.0, -1.0]))}
+      >>> updates, state = tx.update(grads, state, params, value=loss(params),
+      ...                            grad=grads, value_fn=loss)
+      >>> loss(optax.apply_updates(params, updates)) < loss(params)
+      tensor(True)
     """
     init_ls, step_ls, cond_step_ls = zoom_linesearch(
         max_linesearch_steps=max_linesearch_steps, max_stepsize=max_learning_rate, tol=tol,

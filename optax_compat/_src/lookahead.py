@@ -94,6 +94,20 @@ def lookahead(
     References:
       Zhang et al., `Lookahead Optimizer: k steps forward, 1 step back
       <https://arxiv.org/abs/1907.08610>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.lookahead(optax.sgd(0.1), sync_period=2, slow_step_size=0.5)
+      >>> params = optax.LookaheadParams.init_synced(params)
+      >>> state = opt.init(params)
+      >>> for _ in range(2):
+      ...     grads = {"w": 2 * params.fast["w"]}  # gradient at the fast weights
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params.slow["w"]  # halfway to the fast weights after two fast steps
+      tensor([ 0.8200, -1.6400])
     """
     if sync_period < 1:
         raise ValueError("Synchronization period must be >= 1.")

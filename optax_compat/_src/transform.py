@@ -94,6 +94,16 @@ def scale(step_size: Scalar) -> base.GradientTransformationExtraArgs:
 
     Returns:
       A stateless transformation; its ``update`` accepts ``inplace``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale(-0.1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([-0.0500,  0.1000])
     """
 
     @bb.supports_inplace
@@ -126,6 +136,16 @@ def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformatio
 
     Raises:
       TypeError: if ``step_size_fn`` is not callable.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_schedule(optax.linear_schedule(1.0, 0.0, 10))
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
     if not callable(step_size_fn):
         raise TypeError(f"step_size_fn must be callable, got {type(step_size_fn).__name__}.")
@@ -162,6 +182,16 @@ def scale_by_learning_rate(
     Returns:
       :func:`scale` or :func:`scale_by_schedule` (the identity for ``None``); ``update``
       accepts ``inplace``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_learning_rate(0.1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([-0.0500,  0.1000])
     """
     bb.check_hyperparameter("learning_rate", learning_rate)
     if learning_rate is None:
@@ -177,6 +207,16 @@ def scale_by_sign() -> base.GradientTransformationExtraArgs:
 
     Returns:
       A stateless transformation; its ``update`` accepts ``inplace``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_sign()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1., -1.])
     """
 
     @bb.supports_inplace
@@ -213,6 +253,16 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
     References:
       Duchi et al, `Adaptive Subgradient Methods for Online Learning and Stochastic
       Optimization <https://jmlr.org/papers/v12/duchi11a.html>`_, 2011.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_rss()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.8452, -0.9535])
     """
 
     def init_fn(params):
@@ -295,6 +345,16 @@ def scale_by_rms(
     References:
       Hinton, `Overview of mini-batch gradient descent
       <www.cs.toronto.edu/~tijmen/csc321/slides/lecture_slides_lec6.pdf>`_, 2012.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_rms()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 3.1623, -3.1623])
     """
 
     def init_fn(params):
@@ -362,6 +422,16 @@ def scale_by_stddev(
     References:
       Graves, `Generating Sequences With Recurrent Neural Networks
       <https://arxiv.org/abs/1308.0850>`_, 2013.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_stddev()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 3.3333, -3.3333])
     """
 
     def init_fn(params):
@@ -475,6 +545,16 @@ def scale_by_adam(
 
       Dozat, `Incorporating Nesterov Momentum into Adam
       <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_adam()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.0000, -1.0000])
     """
 
     def init_fn(params):
@@ -542,6 +622,16 @@ def scale_by_amsgrad(
     References:
       Reddi et al, `On the Convergence of Adam and Beyond
       <https://openreview.net/forum?id=ryQu7f-RZ>`_, 2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_amsgrad()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.0000, -1.0000])
     """
 
     def init_fn(params):
@@ -585,6 +675,16 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
     References:
       Kingma et al, `Adam: A Method for Stochastic Optimization
       <https://arxiv.org/abs/1412.6980>`_, 2014.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_adamax()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.0000, -1.0000])
     """
 
     def init_fn(params):
@@ -646,6 +746,16 @@ def scale_by_lion(
     References:
       Chen et al, `Symbolic Discovery of Optimization Algorithms
       <https://arxiv.org/abs/2302.06675>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_lion()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1., -1.])
     """
     if mode not in _LION_MODES:
         raise ValueError(f"Unknown lion mode: {mode!r}. It needs to be one of {_LION_MODES}.")
@@ -713,6 +823,16 @@ def scale_by_belief(
     References:
       Zhuang et al, `AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
       Gradients <https://arxiv.org/abs/2010.07468>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_belief()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.1111, -1.1111])
     """
 
     def init_fn(params):
@@ -760,6 +880,16 @@ def scale_by_yogi(
       Zaheer et al, `Adaptive Methods for Nonconvex Optimization
       <https://papers.nips.cc/paper/8186-adaptive-methods-for-nonconvex-optimization.pdf>`_,
       2018.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_yogi()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.9960, -0.9985])
     """
 
     def init_fn(params):
@@ -811,6 +941,16 @@ def scale_by_radam(
     References:
       Liu et al, `On the Variance of the Adaptive Learning Rate and Beyond
       <https://arxiv.org/abs/1908.03265>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_radam()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
     ro_inf = 2.0 / (1.0 - b2) - 1.0
 
@@ -866,6 +1006,16 @@ def scale_by_adadelta(rho: Scalar = 0.9,
     References:
       Zeiler, `ADADELTA: An Adaptive Learning Rate Method
       <https://arxiv.org/abs/1212.5701>`_, 2012.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_adadelta()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.0032, -0.0032])
     """
 
     def init_fn(params):
@@ -921,6 +1071,16 @@ def scale_by_novograd(
     References:
       Ginsburg et al, `Stochastic Gradient Methods with Layer-wise Adaptive Moments for
       Training of Deep Networks <https://arxiv.org/abs/1905.11286>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_novograd()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.4472, -0.8944])
     """
 
     def init_fn(params):
@@ -980,6 +1140,16 @@ def scale_by_adan(
     References:
       Xie et al, `Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep
       Models <https://arxiv.org/abs/2208.06677>`_, 2022.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_adan()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.0000, -1.0000])
     """
 
     def init_fn(params):
@@ -1035,6 +1205,18 @@ def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransfor
 
     Returns:
       A stateless transformation whose ``update`` needs ``params``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_param_block_norm()
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]
+      tensor([[ 2.7386, -5.4772],
+              [10.9545,  0.0000]])
     """
     # ``numerics.safe_norm`` of every block, batched: the gradient is 0 where clipped.
     return _scale_by_block_statistic(
@@ -1050,6 +1232,18 @@ def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransform
 
     Returns:
       A stateless transformation whose ``update`` needs ``params``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_param_block_rms()
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]
+      tensor([[ 1.3693, -2.7386],
+              [ 5.4772,  0.0000]])
     """
     # ``numerics.safe_root_mean_squares`` of every block, batched.
     return _scale_by_block_statistic(
@@ -1084,6 +1278,16 @@ def scale_by_trust_ratio(
     References:
       You et al, `Large Batch Training of Convolutional Networks
       <https://arxiv.org/abs/1708.03888>`_, 2017.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_trust_ratio()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1., -2.])
     """
 
     def update_fn(updates, state, params=None):
@@ -1132,6 +1336,16 @@ def scale_by_rprop(
     References:
       Riedmiller and Braun, `A Direct Adaptive Method for Faster Backpropagation Learning:
       The RPROP Algorithm <https://ieeexplore.ieee.org/document/298623>`_, 1993.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_rprop(learning_rate=0.1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([0., 0.])
     """
 
     def init_fn(params):
@@ -1177,6 +1391,20 @@ def apply_every(k: int = 1) -> base.GradientTransformation:
 
     Returns:
       A transformation with an :class:`ApplyEvery` state.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.apply_every(k=2)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([0.5, -1.0])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]  # first step: accumulated, nothing applied
+      tensor([0., -0.])
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]  # second step: the sum of both
+      tensor([ 1., -2.])
     """
 
     def init_fn(params):
@@ -1214,6 +1442,18 @@ def centralize() -> base.GradientTransformation:
     References:
       Yong et al, `Gradient Centralization: A New Optimization Technique for Deep Neural
       Networks <https://arxiv.org/abs/2004.01461>`_, 2020.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.centralize()
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]
+      tensor([[ 0.7500, -0.7500],
+              [ 1.0000, -1.0000]])
     """
 
     def update_fn(updates, state, params=None):
@@ -1280,6 +1520,18 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
     References:
       Anil et al, `Memory-Efficient Adaptive Optimization
       <https://arxiv.org/abs/1901.11150>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_sm3()
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> updates["w"]
+      tensor([[ 0.1000, -0.1000],
+              [ 0.1000,  0.0000]])
     """
 
     def init_fn(params):
@@ -1332,6 +1584,16 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
     References:
       Mokhtari et al, `A Unified Analysis of Extra-gradient and Optimistic Gradient Methods
       for Saddle Point Problems <https://arxiv.org/abs/1901.08511>`_, 2019.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_optimistic_gradient()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
 
     def init_fn(params):
@@ -1385,6 +1647,16 @@ def scale_by_distance_over_gradients(
     References:
       Ivgi et al, `DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size Schedule
       <https://arxiv.org/abs/2302.12022>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_distance_over_gradients()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.4472e-06, -2.8944e-06])
     """
 
     def init_fn(params):
@@ -1443,6 +1715,18 @@ def scale_by_polyak(
     References:
       Loizou et al, `Stochastic Polyak Step-size for SGD: An Adaptive Learning Rate for Fast
       Convergence <https://arxiv.org/abs/2002.10542>`_, 2021.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.scale_by_polyak(max_learning_rate=1.0)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([2.0, -4.0])}
+      >>> value = torch.tensor(5.0)  # the loss at params
+      >>> updates, state = tx.update(grads, state, params, value=value)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
     if variant not in _POLYAK_VARIANTS:
         raise ValueError(f"Invalid argument value for Polyak SGD: variant={variant!r}, "
@@ -1476,6 +1760,16 @@ def normalize_by_update_norm(scale_factor: Scalar = 1.0,
 
     Returns:
       A stateless transformation.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.normalize_by_update_norm()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.4472, -0.8944])
     """
 
     def update_fn(updates, state, params=None):

@@ -38,6 +38,16 @@ def scale_by_acprop(
 
     Returns:
       A transformation whose state is a :class:`~optax_compat.ScaleByBeliefState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_acprop()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
 
     def init_fn(params: base.Params) -> transform.ScaleByBeliefState:
@@ -102,6 +112,19 @@ def acprop(
     References:
       Zhuang et al, `Momentum Centering and Asynchronous Update for Adaptive Gradient Methods
       <https://arxiv.org/abs/2110.05454>`_, 2021.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.acprop(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.6366, -1.4319])
     """
     return _combining.chain(
         scale_by_acprop(b1=b1, b2=b2, eps=eps, eps_root=eps_root),

@@ -79,6 +79,16 @@ def scale_by_ademamix(
     References:
       Pagliardini et al, `The AdEMAMix Optimizer: Better, Faster, Older
       <https://arxiv.org/abs/2409.03137>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_ademamix()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1.0006, -1.0006])
     """
 
     def init_fn(params: base.Params) -> ScaleByAdemamixState:
@@ -151,6 +161,19 @@ def ademamix(
     References:
       Pagliardini et al, `The AdEMAMix Optimizer: Better, Faster, Older
       <https://arxiv.org/abs/2409.03137>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.ademamix(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7013, -1.7003])
     """
     return _combining.chain(
         scale_by_ademamix(b1=b1, b2=b2, b3=b3, alpha=alpha, eps=eps, eps_root=eps_root,
@@ -199,6 +222,16 @@ def scale_by_simplified_ademamix(
     References:
       Morwani et al, `Connections between Schedule-Free Optimizers, AdEMAMix, and Accelerated
       SGD Variants <https://arxiv.org/abs/2502.02431>`_, 2025.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_simplified_ademamix()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1., -1.])
     """
 
     def init_fn(params: base.Params) -> ScaleBySimplifiedAdEMAMixState:
@@ -261,6 +294,19 @@ def simplified_ademamix(
     References:
       Morwani et al, `Connections between Schedule-Free Optimizers, AdEMAMix, and Accelerated
       SGD Variants <https://arxiv.org/abs/2502.02431>`_, 2025.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.simplified_ademamix(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.4057, -1.4040])
     """
     return _combining.chain(
         scale_by_simplified_ademamix(b1=b1, b2=b2, alpha=alpha, eps=eps, eps_root=eps_root),

@@ -66,6 +66,16 @@ def scale_by_adopt(
 
     Returns:
       A transformation whose state is a :class:`~optax_compat.ScaleByAdamState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_adopt()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]  # ADOPT only initializes its second moment at the first step
+      tensor([0., 0.])
     """
 
     def init_fn(params: base.Params) -> transform.ScaleByAdamState:
@@ -131,6 +141,19 @@ def adopt(
     References:
       Taniguchi et al, `ADOPT: Modified Adam Can Converge with Any beta2 with the Optimal Rate
       <https://arxiv.org/abs/2411.02853>`_, NeurIPS 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.adopt(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.9711, -1.9711])
     """
     return _combining.chain(
         scale_by_adopt(b1=b1, b2=b2, eps=eps, mu_dtype=mu_dtype, nesterov=nesterov,

@@ -43,6 +43,16 @@ def scale_by_cocob(alpha: Scalar = 100.0, eps: Scalar = 1e-8) -> base.GradientTr
 
     Returns:
       A transformation with a :class:`COCOBState`; ``update`` needs ``params``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_cocob()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([-0.0100,  0.0100])
     """
 
     def init_fn(params: base.Params) -> COCOBState:
@@ -108,6 +118,19 @@ def cocob(
     References:
       Orabona et al, `Training Deep Networks without Learning Rates Through Coin Betting
       <https://arxiv.org/abs/1705.07795>`_, 2017.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.cocob()
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.9694, -1.9693])
     """
     return _combining.chain(
         _adding.add_decayed_weights(weight_decay, mask),

@@ -63,6 +63,16 @@ def split_real_and_imaginary(
     Returns:
       A transformation with a :class:`SplitRealAndImaginaryState`; its updates are complex
       where the incoming updates are.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"z": torch.tensor([1.0 + 2.0j])}
+      >>> opt = optax.contrib.split_real_and_imaginary(optax.adam(0.1))
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"z": torch.tensor([0.5 - 3.0j])}, state, params)
+      >>> updates["z"]  # Adam on the real and the imaginary parts separately
+      tensor([-0.1000+0.1000j])
     """
 
     def init_fn(params: base.Params) -> SplitRealAndImaginaryState:

@@ -90,6 +90,19 @@ def dadapt_adamw(
     References:
       Defazio et al, `Learning-Rate-Free Learning by D-Adaptation
       <https://arxiv.org/abs/2301.07733>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.dadapt_adamw(learning_rate=1.0)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> (torch.tensor([1.0, -2.0]) - params["w"]).abs().max() < 1e-4  # the step size grows
+      tensor(True)
     """
     beta1, beta2 = betas
     root_beta2 = beta2**0.5

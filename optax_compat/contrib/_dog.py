@@ -151,6 +151,19 @@ def dog(
     References:
       Ivgi et al., `DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size Schedule
       <https://arxiv.org/abs/2302.12022>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.dog()
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> (torch.tensor([1.0, -2.0]) - params["w"]).abs().max() < 1e-4  # the step size grows
+      tensor(True)
     """
     return _combining.chain(
         _weight_decay_step(weight_decay, mask),
@@ -237,6 +250,19 @@ def dowg(
     References:
       Khaled et al., `DoWG Unleashed: An Efficient Universal Parameter-Free Gradient Descent
       Method <https://arxiv.org/abs/2305.16284>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.dowg()
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.9866, -1.9731])
     """
     return _combining.chain(
         _weight_decay_step(weight_decay, mask),

@@ -172,6 +172,17 @@ def scale_by_galore(
     References:
       Zhao et al., `GaLore: Memory-Efficient LLM Training by Gradient Low-Rank Projection
       <https://arxiv.org/abs/2403.03507>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_galore(rank=1)
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> torch.linalg.matrix_rank(updates["w"])
+      tensor(1)
     """
     if base_optimizer is None:
         base_optimizer = transform.scale_by_adam()
@@ -288,6 +299,16 @@ def galore(
     References:
       Zhao et al., `GaLore: Memory-Efficient LLM Training by Gradient Low-Rank Projection
       <https://arxiv.org/abs/2403.03507>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> opt = optax.contrib.galore(learning_rate=0.1, rank=1)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": params["w"]}, state, params)
+      >>> torch.linalg.matrix_rank(updates["w"])  # a rank-1 step
+      tensor(1)
     """
     return _combining.chain(
         scale_by_galore(rank=rank, update_proj_gap=update_proj_gap, scale=scale,

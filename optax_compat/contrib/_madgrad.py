@@ -54,6 +54,16 @@ def scale_by_madgrad(
     References:
       Defazio et al, `Adaptivity without Compromise: A Momentumized, Adaptive, Dual Averaged
       Gradient Method for Stochastic Optimization <https://arxiv.org/abs/2101.11075>`_, 2021.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_madgrad(learning_rate=0.1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([-0.0171,  0.0215])
     """
 
     def init_fn(params: base.Params) -> MadgradState:
@@ -109,6 +119,19 @@ def madgrad(
     References:
       Defazio et al, `Adaptivity without Compromise: A Momentumized, Adaptive, Dual Averaged
       Gradient Method for Stochastic Optimization <https://arxiv.org/abs/2101.11075>`_, 2021.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.madgrad(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.8652, -1.8296])
     """
     return _combining.chain(
         _adding.add_decayed_weights(weight_decay),

@@ -72,6 +72,19 @@ def mechanize(
     References:
       Cutkosky et al., `Mechanic: A Learning Rate Tuner <https://arxiv.org/abs/2306.00144>`_,
       2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.mechanize(optax.sgd(0.1))
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> (torch.tensor([1.0, -2.0]) - params["w"]).abs().max() < 1e-4  # the step size grows
+      tensor(True)
     """
     base_optimizer = base.with_extra_args_support(base_optimizer)
 

@@ -167,6 +167,20 @@ def momo(
     References:
       Schaipp et al., `MoMo: Momentum Models for Adaptive Learning Rates
       <https://arxiv.org/abs/2305.07583>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.momo(learning_rate=1.0)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     value = (params["w"] ** 2).sum()
+      ...     grads = {"w": 2 * params["w"]}
+      ...     updates, state = opt.update(grads, state, params, value=value)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.4737, -0.9475])
     """
 
     def init_fn(params: base.Params) -> MomoState:
@@ -235,6 +249,20 @@ def momo_adam(
     References:
       Schaipp et al., `MoMo: Momentum Models for Adaptive Learning Rates
       <https://arxiv.org/abs/2305.07583>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.momo_adam(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     value = (params["w"] ** 2).sum()
+      ...     grads = {"w": 2 * params["w"]}
+      ...     updates, state = opt.update(grads, state, params, value=value)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7016, -1.7006])
     """
 
     def init_fn(params: base.Params) -> MomoAdamState:

@@ -340,6 +340,17 @@ def scale_by_muon(
 
       Grishina et al., `Accelerating Newton-Schulz Iteration for Orthogonalization via
       Chebyshev-type Polynomials <https://arxiv.org/abs/2506.10935>`_, 2025.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.scale_by_muon()
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.0]])}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> torch.linalg.svdvals(updates["w"])  # those of the gradient: 2.08 and 0.96
+      tensor([1.1257, 0.6870])
     """
     _check_preconditioning(preconditioning)
     steps = int(ns_steps)
@@ -437,8 +448,8 @@ def muon(
         (``0.2`` matches AdamW's RMS); ``None``: ``sqrt(max(1, fan_out / fan_in))``.
 
     Returns:
-      The optimizer as a gradient transformation (a :func:`partition` into ``'muon'`` and
-      ``'adam'``).
+      The optimizer as a gradient transformation (a :func:`~optax_compat.partition` into
+      ``'muon'`` and ``'adam'``).
 
     References:
       Jordan, `modded-nanogpt: Speedrunning the NanoGPT baseline
@@ -448,6 +459,16 @@ def muon(
 
       Ahn et al., `Dion: Distributed Orthonormalized Updates
       <https://arxiv.org/abs/2504.05295>`_, 2025.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> opt = optax.contrib.muon(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": params["w"]}, state, params)
+      >>> torch.linalg.svdvals(updates["w"])  # those of the gradient: 5.46 and 0.37
+      tensor([0.1128, 0.0699])
     """
     if adam_learning_rate is None:
         adam_learning_rate = learning_rate

@@ -62,6 +62,18 @@ def differentially_private_aggregate(
     References:
       Abadi et al., `Deep Learning with Differential Privacy
       <https://arxiv.org/abs/1607.00133>`_, 2016.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.contrib.differentially_private_aggregate(l2_norm_clip=1.0,
+      ...                                                      noise_multiplier=0.0, seed=0)
+      >>> state = tx.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]])}
+      >>> updates, state = tx.update(per_example_grads, state, params)
+      >>> updates["w"]
+      tensor([0.4500, 0.6000])
     """
     initial_key = utils.initial_key(key, seed, "differentially_private_aggregate")
     noise_std = l2_norm_clip * noise_multiplier
@@ -115,6 +127,18 @@ def dpsgd(
     References:
       Abadi et al., `Deep Learning with Differential Privacy
       <https://arxiv.org/abs/1607.00133>`_, 2016.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.dpsgd(learning_rate=0.1, l2_norm_clip=1.0,
+      ...                               noise_multiplier=0.0, seed=0)
+      >>> state = opt.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]])}
+      >>> updates, state = opt.update(per_example_grads, state, params)
+      >>> updates["w"]  # each example clipped to norm 1, then averaged
+      tensor([-0.0450, -0.0600])
     """
     return _combining.chain(
         differentially_private_aggregate(l2_norm_clip=l2_norm_clip,

@@ -78,6 +78,19 @@ def prodigy(
     References:
       Mishchenko et al, `Prodigy: An Expeditiously Adaptive Parameter-Free Learner
       <https://arxiv.org/abs/2306.06101>`_, 2023.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.prodigy()
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> (torch.tensor([1.0, -2.0]) - params["w"]).abs().max() < 1e-4  # the step size grows
+      tensor(True)
     """
     beta1, beta2 = betas
     if beta3 is None:

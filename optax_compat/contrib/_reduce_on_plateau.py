@@ -84,6 +84,17 @@ def reduce_on_plateau(
 
     Raises:
       ValueError: for a ``factor``, ``rtol`` or ``atol`` out of range.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.reduce_on_plateau(factor=0.5, patience=1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> for loss in [1.0, 1.0, 1.0]:  # the loss stops improving
+      ...     updates, state = tx.update({"w": torch.ones(2)}, state, value=torch.tensor(loss))
+      >>> updates["w"]
+      tensor([0.2500, 0.2500])
     """
     _check_hyperparameters(factor, rtol, atol)
 

@@ -32,6 +32,16 @@ def normalize() -> base.GradientTransformation:
 
     Returns:
       A stateless :class:`~optax_compat.GradientTransformation`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.contrib.normalize()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.4472, -0.8944])
     """
 
     def update_fn(updates: base.Updates, state: NormalizeState,
@@ -126,6 +136,19 @@ def sam(
     References:
       Foret et al., `Sharpness-Aware Minimization for Efficiently Improving Generalization
       <https://arxiv.org/abs/2010.01412>`_, 2021.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.sam(optax.sgd(0.1), optax.contrib.normalize(), sync_period=2)
+      >>> state = opt.init(params)
+      >>> for _ in range(2):  # one adversarial step, then one outer step
+      ...     grads = {"w": 2 * params["w"]}
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.8894, -1.7789])
     """
     if sync_period < 1:
         raise ValueError("Synchronization period must be >= 1.")

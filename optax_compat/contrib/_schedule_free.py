@@ -82,6 +82,19 @@ def schedule_free_eval_params(state: base.OptState, params: base.Params) -> base
 
     Raises:
       ValueError: if ``state`` has no ``b1`` or ``z``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.schedule_free(optax.sgd(0.1), learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> optax.contrib.schedule_free_eval_params(state, params)["w"]
+      tensor([ 0.6459, -1.2917])
     """
     b1 = getattr(state, "b1", None)
     z = getattr(state, "z", None)
@@ -139,6 +152,19 @@ def schedule_free(
 
     References:
       Defazio et al., `The Road Less Scheduled <https://arxiv.org/abs/2405.15682>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.schedule_free(optax.sgd(0.1), learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> optax.contrib.schedule_free_eval_params(state, params)["w"]
+      tensor([ 0.6459, -1.2917])
     """
     base_optimizer = base.with_extra_args_support(base_optimizer)
 
@@ -221,6 +247,19 @@ def schedule_free_sgd(
 
     References:
       Defazio et al., `The Road Less Scheduled <https://arxiv.org/abs/2405.15682>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.schedule_free_sgd(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.6310, -1.2621])
     """
     learning_rate = _with_warmup(learning_rate, warmup_steps)
     optimizer = alias.sgd(learning_rate)
@@ -261,6 +300,19 @@ def schedule_free_adamw(
 
     References:
       Defazio et al., `The Road Less Scheduled <https://arxiv.org/abs/2405.15682>`_, 2024.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.contrib.schedule_free_adamw(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     grads = {"w": 2 * params["w"]}  # gradient of sum(w ** 2)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = optax.apply_updates(params, updates)
+      >>> params["w"]
+      tensor([ 0.7968, -1.7933])
     """
     learning_rate = _with_warmup(learning_rate, warmup_steps)
     optimizer = _combining.chain(

@@ -79,6 +79,18 @@ def hutchinson_estimator_diag_hessian(
     Returns:
       A :class:`~optax_compat.GradientTransformationExtraArgs` with a
       :class:`HutchinsonState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> def loss(params):
+      ...     return (params["w"] ** 2).sum()  # Hessian 2 * I
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.contrib.hutchinson_estimator_diag_hessian(random_seed=0)
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": 2 * params["w"]}, state, params, obj_fn=loss)
+      >>> updates["w"]  # the estimated diagonal of the Hessian
+      tensor([2., 2.])
     """
     initial_key = utils.canonicalize_key(random_seed if random_seed is not None else 0)
 
@@ -271,6 +283,19 @@ def sophia(
       Pre-training <https://arxiv.org/abs/2305.14342>`_, 2023.
 
       `Levanter <https://www.github.com/stanford-crfm/levanter>`_
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> def loss(params):
+      ...     return (params["w"] ** 2).sum()
+      >>> opt = optax.contrib.sophia(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> grads = {"w": 2 * params["w"]}
+      >>> updates, state = opt.update(grads, state, params, obj_fn=loss)
+      >>> updates["w"]
+      tensor([-0.1000,  0.1000])
     """
     return _combining.chain(
         scale_by_sophia(b1=b1, b2=b2, eps=eps, gamma=gamma, clip_threshold=clip_threshold,

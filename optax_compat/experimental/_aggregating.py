@@ -96,13 +96,21 @@ def process(
       An :class:`Aggregator` if ``aggregator`` is one, else a
       :class:`GradientTransformationExtraArgs`.
 
-    Example:
-      >>> clip_per_sample = torch.func.vmap(projections.projection_l2_ball)  # doctest: +SKIP
-      >>> opt = process(
-      ...     stateless(lambda gs, _: clip_per_sample(gs)),
-      ...     average_per_element_updates(),
-      ...     adam(learning_rate=1e-1),
-      ... )  # doctest: +SKIP
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> import optax_compat as optax
+      >>> opt = aggregating.process(
+      ...     preprocessor=optax.identity(),
+      ...     aggregator=aggregating.average_per_element_updates(),
+      ...     postprocessor=optax.sgd(0.1),
+      ... )
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = opt.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
+      >>> updates, state = opt.update(per_example_grads, state, params)
+      >>> updates["w"]
+      tensor([-0.2000, -0.4000])
     """
 
     def init_fn(params: base.Params) -> tuple[base.OptState, base.OptState, base.OptState]:
@@ -151,6 +159,17 @@ def average_per_element_updates(per_elt_axis: int | Sequence[int] = 0) -> Aggreg
 
     Returns:
       A stateless :class:`Aggregator`.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> aggregator = aggregating.average_per_element_updates()
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = aggregator.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}
+      >>> updates, state = aggregator.update(per_example_grads, state)
+      >>> updates["w"]
+      tensor([2., 3.])
     """
     dims = _dims(per_elt_axis)
 
@@ -189,6 +208,19 @@ def accumulate_avg_updates(accumulation_steps: int) -> base.GradientTransformati
 
     Raises:
       ValueError: if ``accumulation_steps`` is smaller than 1.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> tx = aggregating.accumulate_avg_updates(accumulation_steps=2)
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([1.0, 2.0])}, state)
+      >>> updates["w"]  # still accumulating
+      tensor([0., 0.])
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, 4.0])}, state)
+      >>> updates["w"]  # the average of both
+      tensor([2., 3.])
     """
     if accumulation_steps < 1:
         raise ValueError("accumulation_steps must be larger than or equal to 1.")
@@ -236,6 +268,18 @@ def average_incrementally_updates(
     Returns:
       :func:`accumulate_avg_updates` when ``per_elt_axis`` is None, else an
       :class:`Aggregator` that averages then accumulates.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> aggregator = aggregating.average_incrementally_updates(per_elt_axis=0,
+      ...                                                          accumulation_steps=2)
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = aggregator.init(params)
+      >>> updates, state = aggregator.update({"w": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}, state)
+      >>> updates, state = aggregator.update({"w": torch.tensor([[5.0, 6.0], [7.0, 8.0]])}, state)
+      >>> updates["w"]  # the mean over both microbatches of two examples
+      tensor([4., 5.])
     """
     if per_elt_axis is None:
         return accumulate_avg_updates(accumulation_steps)
@@ -261,6 +305,13 @@ def get_batch_size_from_per_elt_updates(per_elt_updates: base.Updates,
 
     Raises:
       ValueError: if the leaves disagree on the batch size.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> per_example_grads = {"w": torch.zeros(8, 3, 2)}  # 8 x 3 elements of shape (2,)
+      >>> aggregating.get_batch_size_from_per_elt_updates(per_example_grads, per_elt_axis=[0, 1])
+      24
     """
 
     def batch_size(u: torch.Tensor) -> int:
@@ -309,6 +360,17 @@ def get_per_element_mean_and_sum_sq_diff_grads(
 
     Returns:
       An :class:`Aggregator`.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> aggregator = aggregating.get_per_element_mean_and_sum_sq_diff_grads()
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = aggregator.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
+      >>> (mean, aux), state = aggregator.update(per_example_grads, state)
+      >>> mean["w"], aux["sum_sq_diff_grads"]["w"], aux["sample_size"]
+      (tensor([2., 4.]), tensor([2., 8.]), 2)
     """
     dims = _dims(per_elt_axis)
 
@@ -392,6 +454,21 @@ def track_per_element_mean_and_variance_with_ema(
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> import optax_compat as optax
+      >>> opt = aggregating.add_mean_variance_to_opt(optax.sgd(0.1), ema_decay=0.5)
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = opt.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
+      >>> updates, state = opt.update(per_example_grads, state, params)
+      >>> updates["w"]  # SGD on the mean gradient
+      tensor([-0.2000, -0.4000])
+      >>> mean, variance = aggregating.get_unbiased_mean_and_variance_ema(state)
+      >>> mean["w"], variance["w"]
+      (tensor([2., 4.]), tensor([2., 8.]))
     """
 
     def init_fn(params: base.Params) -> PerElementMeanAndVarianceEMAState:
@@ -438,6 +515,21 @@ def get_unbiased_mean_and_variance_ema(state: base.OptState) -> tuple[base.Updat
 
     Raises:
       ValueError: if ``state`` has no :class:`PerElementMeanAndVarianceEMAState`.
+
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> import optax_compat as optax
+      >>> opt = aggregating.add_mean_variance_to_opt(optax.sgd(0.1), ema_decay=0.5)
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = opt.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
+      >>> updates, state = opt.update(per_example_grads, state, params)
+      >>> updates["w"]  # SGD on the mean gradient
+      tensor([-0.2000, -0.4000])
+      >>> mean, variance = aggregating.get_unbiased_mean_and_variance_ema(state)
+      >>> mean["w"], variance["w"]
+      (tensor([2., 4.]), tensor([2., 8.]))
     """
     ema_state = _state_utils.tree_get(state, "PerElementMeanAndVarianceEMAState", None)
     if ema_state is None:
@@ -473,13 +565,20 @@ def add_mean_variance_to_opt(
     Returns:
       An :class:`Aggregator`.
 
-    Example:
-      >>> opt = add_mean_variance_to_opt(adam(learning_rate=0.01), ema_decay=0.9)
-      ... # doctest: +SKIP
-      >>> grads = torch.func.vmap(torch.func.grad(loss), (None, 0, 0))(params, x, y)
-      ... # doctest: +SKIP
-      >>> updates, state = opt.update(grads, state)  # doctest: +SKIP
-      >>> mean_ema, var_ema = get_unbiased_mean_and_variance_ema(state)  # doctest: +SKIP
+    Examples:
+      >>> import torch
+      >>> from optax_compat.experimental import aggregating
+      >>> import optax_compat as optax
+      >>> opt = aggregating.add_mean_variance_to_opt(optax.sgd(0.1), ema_decay=0.5)
+      >>> params = {"w": torch.zeros(2)}
+      >>> state = opt.init(params)
+      >>> per_example_grads = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
+      >>> updates, state = opt.update(per_example_grads, state, params)
+      >>> updates["w"]  # SGD on the mean gradient
+      tensor([-0.2000, -0.4000])
+      >>> mean, variance = aggregating.get_unbiased_mean_and_variance_ema(state)
+      >>> mean["w"], variance["w"]
+      (tensor([2., 4.]), tensor([2., 8.]))
     """
     return process(
         preprocessor=base.identity(),

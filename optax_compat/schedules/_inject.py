@@ -62,7 +62,16 @@ class WrappedScheduleState(NamedTuple):
 
 
 class WrappedSchedule:
-    """A stateful schedule made of a stateless one (a function of the step count)."""
+    """A stateful schedule made of a stateless one (a function of the step count).
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.WrappedSchedule(optax.linear_schedule(1.0, 0.0, 10))
+      >>> state = schedule.init()
+      >>> state = schedule.update(state)
+      >>> round(float(schedule(state)), 4)
+      0.9
+    """
 
     def __init__(self, schedule_fn: base.Schedule):
         """Wraps ``schedule_fn``, a function of the step count."""
@@ -110,6 +119,19 @@ def inject_hyperparams(
       ValueError: if ``static_args`` names a parameter ``inner_factory`` does not have.
       TypeError: (from the returned factory) naming an argument ``inner_factory`` does not
         take.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> state.hyperparams["learning_rate"]
+      tensor(0.1000)
+      >>> state.hyperparams["learning_rate"] = torch.tensor(0.5)  # set it by hand
+      >>> updates, state = opt.update({"w": torch.tensor([1.0, 1.0])}, state)
+      >>> updates["w"]
+      tensor([-0.5000, -0.5000])
     """
     static_args = {static_args} if isinstance(static_args, str) else set(static_args)
     inner_signature = inspect.signature(inner_factory)
@@ -197,6 +219,16 @@ def inject_stateful_hyperparams(
 
     Returns:
       What :func:`inject_hyperparams` returns.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.inject_stateful_hyperparams(optax.sgd)(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": torch.tensor([1.0, 1.0])}, state)
+      >>> updates["w"]
+      tensor([-0.1000, -0.1000])
     """
     warnings.warn("inject_stateful_hyperparams is deprecated, use inject_hyperparams instead",
                   DeprecationWarning, stacklevel=2)

@@ -25,6 +25,13 @@ def join_schedules(schedules: Sequence[base.Schedule],
     Raises:
       ValueError: if the number of boundaries is not one fewer than the number of schedules,
         or if the boundaries decrease.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.join_schedules(
+      ...     [optax.constant_schedule(1.0), optax.constant_schedule(0.1)], boundaries=[5])
+      >>> [round(float(schedule(step)), 4) for step in (0, 4, 5, 10)]
+      [1.0, 1.0, 0.1, 0.1]
     """
     schedules, boundaries = list(schedules), list(boundaries)
     if len(boundaries) != len(schedules) - 1:

@@ -41,7 +41,14 @@ def _as_count(count: Count) -> torch.Tensor:
 
 
 def constant_schedule(value: Value) -> base.Schedule:
-    """A schedule that always returns ``value``."""
+    """A schedule that always returns ``value``.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.constant_schedule(0.1)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [0.1, 0.1, 0.1]
+    """
     return lambda count: value
 
 
@@ -61,6 +68,13 @@ def polynomial_schedule(init_value: Value, end_value: Value, power: Value,
 
     Returns:
       The schedule.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.polynomial_schedule(init_value=1.0, end_value=0.0, power=2,
+      ...                                       transition_steps=10)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [1.0, 0.25, 0.0]
     """
     if transition_steps <= 0:
         _logger.info("polynomial_schedule with transition_steps <= 0 is constant init_value.")
@@ -79,7 +93,15 @@ def polynomial_schedule(init_value: Value, end_value: Value, power: Value,
 
 def linear_schedule(init_value: Value, end_value: Value, transition_steps: int,
                     transition_begin: int = 0) -> base.Schedule:
-    """Linear interpolation from ``init_value`` to ``end_value`` (a degree-1 polynomial)."""
+    """Linear interpolation from ``init_value`` to ``end_value`` (a degree-1 polynomial).
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.linear_schedule(init_value=1.0, end_value=0.0,
+      ...                                   transition_steps=10)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [1.0, 0.5, 0.0]
+    """
     return polynomial_schedule(init_value=init_value, end_value=end_value, power=1,
                                transition_steps=transition_steps,
                                transition_begin=transition_begin)
@@ -99,6 +121,13 @@ def piecewise_constant_schedule(
 
     Raises:
       ValueError: for a negative scale.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.piecewise_constant_schedule(init_value=1.0,
+      ...                                              boundaries_and_scales={4: 0.5, 8: 0.1})
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [1.0, 0.5, 0.05]
     """
     if boundaries_and_scales is not None and any(
             scale < 0.0 for scale in boundaries_and_scales.values()):
@@ -130,6 +159,13 @@ def exponential_decay(init_value: Value, transition_steps: int, decay_rate: floa
 
     Returns:
       The schedule.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.exponential_decay(init_value=1.0, transition_steps=5,
+      ...                                   decay_rate=0.5)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [1.0, 0.5, 0.25]
     """
     if transition_steps <= 0:
         _logger.info("exponential_decay with transition_steps <= 0 is constant init_value.")
@@ -174,6 +210,12 @@ def cosine_decay_schedule(init_value: Value, decay_steps: int, alpha: Value = 0.
 
     Raises:
       ValueError: if ``decay_steps`` is not positive.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.cosine_decay_schedule(init_value=1.0, decay_steps=10)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [1.0, 0.5, 0.0]
     """
     if not decay_steps > 0:
         raise ValueError("The cosine_decay_schedule requires positive decay_steps, got "
@@ -214,6 +256,13 @@ def piecewise_interpolate_schedule(
 
     Raises:
       ValueError: for an unknown ``interpolate_type`` or a negative scale.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.piecewise_interpolate_schedule("linear", init_value=1.0,
+      ...                                                 boundaries_and_scales={0: 1.0, 10: 0.1})
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [1.0, 0.55, 0.1]
     """
     interpolators = {"linear": _linear_interpolate, "cosine": _cosine_interpolate}
     if interpolate_type not in interpolators:
@@ -250,6 +299,13 @@ def linear_onecycle_schedule(transition_steps: int, peak_value: float, pct_start
 
     Raises:
       ValueError: if ``transition_steps`` is not positive.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.linear_onecycle_schedule(transition_steps=10,
+      ...                                          peak_value=1.0)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [0.04, 0.616, 0.0]
     """
     if transition_steps <= 0:
         raise ValueError("A linear onecycle schedule was set with a non-positive "
@@ -271,6 +327,13 @@ def cosine_onecycle_schedule(transition_steps: int, peak_value: float, pct_start
 
     Raises:
       ValueError: if ``transition_steps`` is not positive.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.cosine_onecycle_schedule(transition_steps=10,
+      ...                                          peak_value=1.0)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [0.04, 0.8117, 0.0]
     """
     if transition_steps <= 0:
         raise ValueError("A cosine onecycle schedule was set with a non-positive "
@@ -283,7 +346,15 @@ def cosine_onecycle_schedule(transition_steps: int, peak_value: float, pct_start
 
 def warmup_constant_schedule(init_value: Value, peak_value: Value,
                              warmup_steps: int) -> base.Schedule:
-    """Linear warm-up from ``init_value`` to ``peak_value``, then constant."""
+    """Linear warm-up from ``init_value`` to ``peak_value``, then constant.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.warmup_constant_schedule(init_value=0.0, peak_value=1.0,
+      ...                                           warmup_steps=10)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [0.0, 0.5, 1.0]
+    """
     return linear_schedule(init_value=init_value, end_value=peak_value,
                            transition_steps=warmup_steps)
 
@@ -297,6 +368,13 @@ def warmup_cosine_decay_schedule(init_value: Value, peak_value: Value, warmup_st
 
     References:
       Loshchilov & Hutter, SGDR, 2017, https://arxiv.org/abs/1608.03983
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.warmup_cosine_decay_schedule(init_value=0.0, peak_value=1.0,
+      ...                                               warmup_steps=5, decay_steps=10)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [0.0, 1.0, 0.0]
     """
     alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
     return _join.join_schedules([
@@ -312,7 +390,16 @@ def warmup_exponential_decay_schedule(
     decay_rate: float, transition_begin: int = 0, staircase: bool = False,
     end_value: Optional[Value] = None,
 ) -> base.Schedule:
-    """Linear warm-up to ``peak_value``, then :func:`exponential_decay` from there."""
+    """Linear warm-up to ``peak_value``, then :func:`exponential_decay` from there.
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.warmup_exponential_decay_schedule(init_value=0.0, peak_value=1.0,
+      ...                                                    warmup_steps=5, transition_steps=5,
+      ...                                                    decay_rate=0.5)
+      >>> [round(float(schedule(step)), 4) for step in (0, 5, 10)]
+      [0.0, 1.0, 0.5]
+    """
     return _join.join_schedules([
         linear_schedule(init_value=init_value, end_value=peak_value,
                         transition_steps=warmup_steps),
@@ -327,6 +414,13 @@ def sgdr_schedule(cosine_kwargs: Iterable[dict[str, Value]]) -> base.Schedule:
 
     References:
       Loshchilov & Hutter, SGDR, 2017, https://arxiv.org/abs/1608.03983
+
+    Examples:
+      >>> import optax_compat as optax
+      >>> schedule = optax.sgdr_schedule([dict(init_value=0.0, peak_value=1.0, warmup_steps=2,
+      ...                                          decay_steps=5)] * 2)
+      >>> [round(float(schedule(step)), 4) for step in (0, 2, 5, 7)]
+      [0.0, 1.0, 0.0, 1.0]
     """
     schedules, boundaries, step = [], [], 0
     for kwargs in cosine_kwargs:

@@ -57,6 +57,16 @@ def trace(
 
     .. note::
       ``trace = decay * trace + t`` while ``ema = decay * ema + (1 - decay) * t``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.trace(decay=0.9)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
 
     def init_fn(params: base.Params) -> TraceState:
@@ -105,6 +115,16 @@ def ema(
 
     Returns:
       A :class:`GradientTransformation`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.ema(decay=0.9)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.5000, -1.0000])
     """
 
     def init_fn(params: base.Params) -> EmaState:
@@ -161,6 +181,17 @@ def skip_not_finite(updates: base.Updates, gradient_step: torch.Tensor,
     Returns:
       Whether to skip, and ``{'should_skip': ..., 'num_not_finite': ...}`` where
       ``num_not_finite`` counts the non-finite elements of ``updates``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.MultiSteps(optax.sgd(0.1), every_k_schedule=1,
+      ...                        should_skip_update_fn=optax.skip_not_finite)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": torch.tensor([float("nan"), 1.0])}, state, params)
+      >>> updates["w"], int(state.skip_state["num_not_finite"])
+      (tensor([0., 0.]), 1)
     """
     del gradient_step, params
     counts = [torch.logical_not(torch.isfinite(leaf)).sum() for leaf in tm.leaves(updates)]
@@ -186,6 +217,19 @@ def skip_large_updates(updates: base.Updates, gradient_step: torch.Tensor,
 
     Returns:
       Whether to skip, and ``{'should_skip': ..., 'norm_squared': ...}``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> import functools
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> skip = functools.partial(optax.skip_large_updates, max_squared_norm=1.0)
+      >>> opt = optax.MultiSteps(optax.sgd(0.1), every_k_schedule=1,
+      ...                        should_skip_update_fn=skip)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": torch.tensor([3.0, 4.0])}, state, params)
+      >>> updates["w"]  # squared norm 25 >= 1: skipped
+      tensor([0., 0.])
     """
     del gradient_step, params
     norm_squared = tm.sum_of_squares(tm.leaves(updates))
@@ -228,6 +272,19 @@ class MultiSteps:
 
     As in Optax, the wrapped optimizer runs on every mini-step and its new state is only kept
     on emitting steps; the selections use ``torch.where``, never a host sync.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.MultiSteps(optax.sgd(0.1), every_k_schedule=2)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": torch.tensor([1.0, 1.0])}, state, params)
+      >>> updates["w"]  # accumulating
+      tensor([-0., -0.])
+      >>> updates, state = opt.update({"w": torch.tensor([3.0, 3.0])}, state, params)
+      >>> updates["w"]  # one step with the mean gradient
+      tensor([-0.2000, -0.2000])
     """
 
     def __init__(

@@ -36,6 +36,16 @@ def add_decayed_weights(
       A :class:`GradientTransformationExtraArgs`. Its ``update`` also takes a keyword-only
       ``inplace=False``: when true the result is written into the incoming ``updates``
       tensors (same numbers as the pure path).
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.add_decayed_weights(weight_decay=0.1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.6000, -1.2000])
     """
     bb.check_hyperparameter("weight_decay", weight_decay)
     is_schedule = callable(weight_decay)
@@ -102,6 +112,16 @@ def add_noise(
     References:
       Neelakantan et al, `Adding Gradient Noise Improves Learning for Very Deep Networks
       <https://arxiv.org/abs/1511.06807>`_, 2015
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.add_noise(eta=0.01, gamma=0.55, key=0)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"].shape
+      torch.Size([2])
     """
     initial_key = utils.initial_key(key, seed, "add_noise")
 

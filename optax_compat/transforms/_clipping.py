@@ -32,6 +32,16 @@ def clip(max_delta: Scalar) -> base.GradientTransformationExtraArgs:
       A stateless :class:`GradientTransformationExtraArgs`. Its ``update`` also takes a
       keyword-only ``inplace=False``: when true the incoming ``updates`` tensors are clipped in
       place (same numbers as the pure path).
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.clip(max_delta=1.0)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, -4.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 1., -1.])
     """
 
     @bb.supports_inplace
@@ -58,6 +68,16 @@ def clip_by_block_rms(threshold: Scalar) -> base.GradientTransformation:
 
     Returns:
       A stateless :class:`GradientTransformation`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.clip_by_block_rms(threshold=1.0)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, -4.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.8485, -1.1314])
     """
 
     def clip_denominators(block_rms: torch.Tensor) -> torch.Tensor:
@@ -90,6 +110,16 @@ def clip_by_global_norm(max_norm: Scalar) -> base.GradientTransformationExtraArg
     References:
       Pascanu et al., `On the difficulty of training Recurrent Neural Networks
       <https://arxiv.org/abs/1211.5063>`_, 2012
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.clip_by_global_norm(max_norm=1.0)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, -4.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.6000, -0.8000])
     """
 
     @bb.supports_inplace
@@ -154,6 +184,14 @@ def per_example_global_norm_clip(
     References:
       Abadi et al., `Deep Learning with Differential Privacy
       <https://arxiv.org/abs/1607.00133>`_, 2016
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> per_example_grads = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]])}
+      >>> summed, num_clipped = optax.per_example_global_norm_clip(per_example_grads, 1.0)
+      >>> summed["w"], num_clipped
+      (tensor([0.9000, 1.2000]), tensor(1, dtype=torch.int32))
     """
     leaves, spec = tm.flatten(grads)
     _check_batch_dim(leaves, "per_example_global_norm_clip")
@@ -185,6 +223,14 @@ def per_example_layer_norm_clip(
     References:
       McMahan et al., `Learning Differentially Private Recurrent Language Models
       <https://arxiv.org/abs/1710.06963>`_, 2017
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> per_example_grads = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]])}
+      >>> summed, num_clipped = optax.per_example_layer_norm_clip(per_example_grads, 1.0)
+      >>> summed["w"], num_clipped["w"]
+      (tensor([0.9000, 1.2000]), tensor(1, dtype=torch.int32))
     """
     leaves, spec = tm.flatten(grads)
     _check_batch_dim(leaves, "per_example_layer_norm_clip")
@@ -262,7 +308,8 @@ def adaptive_grad_clip(clipping: Scalar, eps: Scalar = 1e-3,
     Args:
       clipping: the largest allowed ratio of update norm to parameter norm.
       eps: floor of the parameter norm, so that zero-initialised params can still move.
-      axis: the axes of a unit (see :func:`unitwise_norm`); layout rules when ``None``.
+      axis: the axes of a unit (see :func:`~optax_compat.transforms.unitwise_norm`); layout
+        rules when ``None``.
 
     Returns:
       A stateless :class:`GradientTransformation` that needs ``params``.
@@ -270,6 +317,16 @@ def adaptive_grad_clip(clipping: Scalar, eps: Scalar = 1e-3,
     References:
       Brock et al., `High-Performance Large-Scale Image Recognition Without Normalization
       <https://arxiv.org/abs/2102.06171>`_, 2021
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.adaptive_grad_clip(clipping=0.1)
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, -4.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0.1342, -0.1789])
     """
 
     def clip_unit(update: torch.Tensor, param: torch.Tensor) -> torch.Tensor:

@@ -26,8 +26,15 @@ def chain(*args: base.GradientTransformation) -> base.GradientTransformationExtr
     Returns:
       A :class:`GradientTransformationExtraArgs` (whatever the types of ``args``).
 
-    Example:
-      >>> tx = chain(scale_by_adam(), scale(-0.1))  # doctest: +SKIP
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.chain(optax.clip(1.0), optax.scale(-0.1))
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, -0.5])}, state, params)
+      >>> updates["w"]
+      tensor([-0.1000,  0.0500])
     """
     transforms = [base.with_extra_args_support(t) for t in args]
 
@@ -67,6 +74,16 @@ def named_chain(
 
     Raises:
       ValueError: if two transformations share a name.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.named_chain(("clip", optax.clip(1.0)), ("scale", optax.scale(-0.1)))
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, -0.5])}, state, params)
+      >>> updates["w"], list(state)
+      (tensor([-0.1000,  0.0500]), ['clip', 'scale'])
     """
     names = [name for name, _ in args]
     if len(names) != len(set(names)):
@@ -118,6 +135,17 @@ def partition(
     Raises:
       ValueError: at ``init``, naming the labels that have no transformation, or naming the
         first path where the label tree does not match the params.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5])}
+      >>> tx = optax.partition({"decay": optax.adamw(0.1), "frozen": optax.set_to_zero()},
+      ...                      param_labels={"w": "decay", "b": "frozen"})
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update(params, state, params)
+      >>> updates["w"], updates["b"]
+      (tensor([-0.1000,  0.1000]), tensor([0.]))
     """
     transforms = {label: base.with_extra_args_support(t) for label, t in transforms.items()}
 

@@ -61,6 +61,21 @@ def conditionally_transform(
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.conditionally_transform(
+      ...     optax.scale(-0.1), should_transform_fn=lambda count: count % 2 == 0)
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([1.0, 1.0])}
+      >>> updates, state = tx.update(grads, state)
+      >>> updates["w"]  # step 0: transformed
+      tensor([-0.1000, -0.1000])
+      >>> updates, state = tx.update(grads, state)
+      >>> updates["w"]  # step 1: passed through
+      tensor([1., 1.])
     """
     inner = base.with_extra_args_support(inner)
 
@@ -108,6 +123,21 @@ def conditionally_mask(
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.conditionally_mask(optax.scale(-0.1),
+      ...                               should_transform_fn=lambda count: count % 2 == 0)
+      >>> state = tx.init(params)
+      >>> grads = {"w": torch.tensor([1.0, 1.0])}
+      >>> updates, state = tx.update(grads, state)
+      >>> updates["w"]  # step 0: transformed
+      tensor([-0.1000, -0.1000])
+      >>> updates, state = tx.update(grads, state)
+      >>> updates["w"]  # step 1: zeroed
+      tensor([0., 0.])
     """
     inner = base.with_extra_args_support(inner)
 
@@ -169,6 +199,16 @@ def apply_if_finite(
 
     Returns:
       A :class:`GradientTransformationExtraArgs` with an :class:`ApplyIfFiniteState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> opt = optax.apply_if_finite(optax.sgd(0.1), max_consecutive_errors=2)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": torch.tensor([float("inf"), 1.0])}, state, params)
+      >>> updates["w"], int(state.total_notfinite)
+      (tensor([0., 0.]), 1)
     """
     inner = base.with_extra_args_support(inner)
 

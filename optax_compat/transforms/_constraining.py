@@ -21,6 +21,16 @@ def keep_params_nonnegative() -> base.GradientTransformation:
 
     Returns:
       A stateless :class:`GradientTransformation` that needs ``params``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.keep_params_nonnegative()
+      >>> params = {"w": torch.tensor([1.0, 2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([-2.0, 1.0])}, state, params)
+      >>> updates["w"]
+      tensor([-1.,  1.])
     """
 
     def init_fn(params: base.Params) -> base.EmptyState:
@@ -56,6 +66,16 @@ def zero_nans() -> base.GradientTransformation:
 
     Returns:
       A :class:`GradientTransformation`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.zero_nans()
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([float("nan"), -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([ 0., -1.])
     """
 
     def init_fn(params: base.Params) -> ZeroNansState:

@@ -17,6 +17,16 @@ def freeze(mask: bool | base.ArrayTree) -> base.GradientTransformation:
 
     Returns:
       ``masked(set_to_zero(), mask)``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5])}
+      >>> tx = optax.freeze({"w": False, "b": True})
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update(params, state)
+      >>> updates["w"], updates["b"]
+      (tensor([ 1., -2.]), tensor([0.]))
     """
     return masked(base.set_to_zero(), mask)
 
@@ -36,6 +46,16 @@ def selective_transform(
 
     Returns:
       A :func:`partition` with the labels ``"train"`` and ``"freeze"``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5])}
+      >>> tx = optax.selective_transform(optax.sgd(0.1), freeze_mask={"w": False, "b": True})
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update(params, state, params)
+      >>> updates["w"], updates["b"]
+      (tensor([-0.1000,  0.2000]), tensor([0.]))
     """
 
     def label_fn(params: base.PyTree) -> base.PyTree:

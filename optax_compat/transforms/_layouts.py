@@ -33,6 +33,16 @@ def flatten(inner: base.GradientTransformation) -> base.GradientTransformationEx
 
     Returns:
       A :class:`GradientTransformationExtraArgs` whose state is ``inner``'s state for a vector.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.flatten(optax.adam(learning_rate=0.1))
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([0.5, -1.0])}, state, params)
+      >>> updates["w"]
+      tensor([-0.1000,  0.1000])
     """
     inner = base.with_extra_args_support(inner)
 

@@ -69,6 +69,16 @@ def masked(
     Raises:
       ValueError: (at ``init``/``update``) if the mask is not a prefix of the params,
         naming the first differing path.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5])}
+      >>> tx = optax.masked(optax.scale(-0.1), mask={"w": True, "b": False})
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update(params, state)
+      >>> updates["w"], updates["b"]  # masked-out leaves pass through unchanged
+      (tensor([-0.1000,  0.2000]), tensor([0.5000]))
     """
     inner = base.with_extra_args_support(inner)
 

@@ -32,6 +32,16 @@ def snapshot(measure_name: str, measure: Measure) -> base.GradientTransformation
     Returns:
       A :class:`GradientTransformation` with a :class:`SnapshotState` (``init`` measures the
       params).
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.snapshot("norm", optax.tree.norm)
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, 4.0])}, state)
+      >>> state
+      SnapshotState(measurement={'norm': tensor(5.)})
     """
 
     def init_fn(params: base.Params) -> SnapshotState:
@@ -63,6 +73,16 @@ def monitor(
 
     Returns:
       A :class:`GradientTransformationExtraArgs` with a :class:`MonitorState`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.monitor({"norm": optax.tree.norm})
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, 4.0])}, state)
+      >>> state.measurements["norm"]
+      tensor(5.)
     """
     transforms = {
         name: base.with_extra_args_support(
@@ -105,6 +125,16 @@ def measure_with_ema(
 
     Returns:
       ``chain(measure, ema)`` whose ``init`` sizes the average on ``measure(params)``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.measure_with_ema(optax.tree.norm, decay=0.9)
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": torch.tensor([3.0, 4.0])}, state)
+      >>> updates
+      tensor(5.0000)
     """
     moving_average = _accumulation.ema(decay, debias, accumulator_dtype)
     measurement_average = moving_average._replace(

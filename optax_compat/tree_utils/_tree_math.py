@@ -210,6 +210,14 @@ def tree_update_moment(updates: Any, moments: Any, decay: Scalar, order: int) ->
     """Exponential moving average of the ``order``-th power of the updates.
 
     Returns ``(1 - decay) * updates ** order + decay * moments``, leaf by leaf.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> grads = {"w": torch.tensor([1.0, -2.0])}
+      >>> mu = {"w": torch.zeros(2)}
+      >>> optax.update_moment(grads, mu, decay=0.9, order=2)["w"]
+      tensor([0.1000, 0.4000])
     """
     gs, spec = tm.flatten(updates)
     ms = tm.leaves_like(moments, spec, "moments", reference=updates)
@@ -217,7 +225,16 @@ def tree_update_moment(updates: Any, moments: Any, decay: Scalar, order: int) ->
 
 
 def tree_update_infinity_moment(updates: Any, moments: Any, decay: Scalar, eps: Scalar) -> Any:
-    """Exponentially weighted infinity norm: ``max(|updates| + eps, decay * moments)``."""
+    """Exponentially weighted infinity norm: ``max(|updates| + eps, decay * moments)``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> grads = {"w": torch.tensor([1.0, -2.0])}
+      >>> nu = {"w": torch.tensor([1.5, 1.5])}
+      >>> optax.update_infinity_moment(grads, nu, decay=0.9, eps=0.0)["w"]
+      tensor([1.3500, 2.0000])
+    """
     gs, spec = tm.flatten(updates)
     ms = tm.leaves_like(moments, spec, "moments", reference=updates)
     return tm.unflatten(spec, tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(ms, decay)))
@@ -225,7 +242,16 @@ def tree_update_infinity_moment(updates: Any, moments: Any, decay: Scalar, eps: 
 
 def tree_update_moment_per_elem_norm(updates: Any, moments: Any, decay: Scalar,
                                      order: int) -> Any:
-    """EMA of the ``order``-th power of the elementwise modulus (complex-safe moments)."""
+    """EMA of the ``order``-th power of the elementwise modulus (complex-safe moments).
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> grads = {"w": torch.tensor([3.0 + 4.0j])}
+      >>> nu = {"w": torch.zeros(1)}
+      >>> optax.update_moment_per_elem_norm(grads, nu, decay=0.9, order=2)["w"]
+      tensor([2.5000])
+    """
     gs, spec = tm.flatten(updates)
     ms = tm.leaves_like(moments, spec, "moments", reference=updates)
     if any(g.is_complex() for g in gs):
@@ -239,7 +265,15 @@ def tree_update_moment_per_elem_norm(updates: Any, moments: Any, decay: Scalar,
 
 
 def tree_bias_correction(moment: Any, decay: Scalar, count: Union[int, torch.Tensor]) -> Any:
-    """Divides ``moment`` by ``1 - decay ** count`` (Adam's bias correction)."""
+    """Divides ``moment`` by ``1 - decay ** count`` (Adam's bias correction).
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> moment = {"w": torch.tensor([0.1, -0.2])}  # after one step with decay 0.9
+      >>> optax.bias_correction(moment, decay=0.9, count=1)["w"]
+      tensor([ 1.0000, -2.0000])
+    """
     xs, spec = tm.flatten(moment)
     if not xs:
         return moment

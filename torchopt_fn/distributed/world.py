@@ -179,7 +179,7 @@ def auto_init_rpc(
       worker_init_fn: run once on every worker after RPC is up, before the function.
       worker_name_format: maps ``(world_rank, world_size, local_rank, local_world_size)``
         keywords to the worker's RPC name; it becomes the format of
-        :attr:`WorldInfo.worker_name` as soon as this factory is called.
+        ``WorldInfo.worker_name`` as soon as this factory is called.
       backend: the RPC backend, passed to :func:`torch.distributed.rpc.init_rpc`.
       rpc_backend_options: the backend's options, passed to
         :func:`torch.distributed.rpc.init_rpc`.

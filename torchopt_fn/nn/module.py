@@ -47,7 +47,7 @@ class MetaGradientModule(nn.Module):
 
     Tensors requiring grad and training modules passed to the constructor are *meta*: assigning
     them as attributes registers them as meta-parameters / meta-modules, which
-    :meth:`parameters` does not yield (use :meth:`meta_parameters`). Other tensors requiring grad
+    ``parameters()`` does not yield (use :meth:`meta_parameters`). Other tensors requiring grad
     (not only ``nn.Parameter``) become ordinary parameters. This is how an inner problem keeps its
     own variables apart from the outer variables it is differentiated with respect to.
     """
@@ -180,7 +180,7 @@ class MetaGradientModule(nn.Module):
         self._parameters[name] = param  # type: ignore[assignment]
 
     def register_meta_parameter(self, name: str, param: torch.Tensor | None) -> None:
-        """Adds a meta-parameter, yielded by :meth:`meta_parameters` and not by :meth:`parameters`.
+        """Adds a meta-parameter, yielded by :meth:`meta_parameters` and not by ``parameters()``.
 
         Args:
             name: The attribute name.

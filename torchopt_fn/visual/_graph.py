@@ -31,7 +31,7 @@ from torchopt_fn.visual._display import DisplayNode, Edges
 from torchopt_fn.visual._fusion import FusedStep, Fusion, looks_like_optimizer_steps
 from torchopt_fn.visual._params import NamedParameter, ParameterNames
 
-# How each kind of node is drawn, and what it means (the legend of the picture).
+#: How each kind of node is drawn: Graphviz node attributes by kind (the legend of the picture).
 NODE_STYLES: dict[str, dict[str, str]] = {
     "backward": {"fillcolor": "lightgrey"},
     "param": {"fillcolor": "lightblue"},
@@ -46,6 +46,7 @@ NODE_STYLES: dict[str, dict[str, str]] = {
     "repeated": {"fillcolor": "khaki", "shape": "box3d"},
     "copy": {"style": "filled,dashed"},
 }
+#: What each kind of node of :data:`NODE_STYLES` means.
 NODE_MEANINGS: dict[str, str] = {
     "backward": "backward function (autograd node)",
     "param": "leaf tensor that requires grad, or a named parameter",
