@@ -18,7 +18,7 @@ NAMESPACES = [
     "optax_compat.transforms", "optax_compat.losses", "optax_compat.contrib",
     "optax_compat.projections", "optax_compat.second_order", "optax_compat.perturbations",
     "optax_compat.assignment", "optax_compat.microbatching", "optax_compat.experimental",
-    "optax_compat.experimental.aggregating", "optax_compat.testing",
+    "optax_compat.experimental.aggregating", "optax_compat.testing", "optax_compat.checkpoint",
     "torchopt_fn", "torchopt_fn.accelerated_op", "torchopt_fn.alias", "torchopt_fn.base",
     "torchopt_fn.clip", "torchopt_fn.combine", "torchopt_fn.diff", "torchopt_fn.diff.implicit",
     "torchopt_fn.diff.implicit.nn", "torchopt_fn.diff.zero_order",
@@ -257,6 +257,16 @@ PAGES = [
             "optax_compat.WrappedSchedule", "optax_compat.schedules.StatefulSchedule",
             "optax_compat.inject_stateful_hyperparams",
             "optax_compat.InjectStatefulHyperparamsState",
+        ]),
+    ]),
+    ("optax_compat/pytorch", "PyTorch training stack", "", [
+        ("Any transformation as a torch.optim.Optimizer", [
+            "optax_compat.TorchOptimizer", "optax_compat.torch_optimizer",
+        ]),
+        ("Checkpoints", [
+            "optax_compat.checkpoint.save", "optax_compat.checkpoint.load",
+            "optax_compat.checkpoint.state_to_dict", "optax_compat.checkpoint.state_from_dict",
+            "optax_compat.checkpoint.STATE_TYPE_KEY",
         ]),
     ]),
     ("optax_compat/apply_updates", "Apply updates", "", [
@@ -666,6 +676,10 @@ PAGES = [
         ("Graphs", [
             "torchopt_fn.visual.make_dot", "torchopt_fn.visual.resize_graph",
             "torchopt_fn.visual.GradientGraph", "torchopt_fn.visual.GraphvizNotInstalledError",
+            "torchopt_fn.visual.LARGE_GRAPH_NODES",
+        ]),
+        ("Fusing your own optimizer steps", [
+            "torchopt_fn.visual.tag_optimizer_step",
         ]),
         ("Colours and node meanings", [
             "torchopt_fn.visual.NODE_STYLES", "torchopt_fn.visual.NODE_MEANINGS",

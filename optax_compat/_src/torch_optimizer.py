@@ -404,7 +404,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         return loss
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Loads a state returned by :meth:`state_dict` (copying its tensors).
+        """Loads a state returned by ``state_dict()`` (copying its tensors).
 
         Everything is checked before anything changes: the number and sizes of the groups,
         and for each parameter the entries, shapes and dtypes of its state. The saved groups'
