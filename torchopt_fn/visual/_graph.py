@@ -100,8 +100,8 @@ def make_dot(
     functional updates) become one 3-D box per parameter and step, light blue when the new
     parameter is named in ``params`` and plum otherwise, labelled with the parameter's name.
     Tag your own optimizer loop with :func:`~torchopt_fn.visual.tag_optimizer_step` to fuse its
-    steps too. Tensors in ``params`` that the outputs do not reach are drawn red and listed in ``.unreached``;
-    those autograd does not track (``requires_grad=False``) are drawn pale yellow and listed in
+    steps too. Tensors in ``params`` that the outputs do not reach are drawn red and listed in
+    ``.unreached``; those autograd does not track (``requires_grad=False``) are drawn pale yellow and listed in
     ``.untracked``. Building the graph never runs Graphviz; rendering does.
 
     Args:
