@@ -101,8 +101,8 @@ def make_dot(
     parameter is named in ``params`` and plum otherwise, labelled with the parameter's name.
     Tag your own optimizer loop with :func:`~torchopt_fn.visual.tag_optimizer_step` to fuse its
     steps too. Tensors in ``params`` that the outputs do not reach are drawn red and listed in
-    ``.unreached``; those autograd does not track (``requires_grad=False``) are drawn pale yellow and listed in
-    ``.untracked``. Building the graph never runs Graphviz; rendering does.
+    ``.unreached``; those autograd does not track (``requires_grad=False``) are drawn pale
+    yellow and listed in ``.untracked``. Building the graph never runs Graphviz; rendering does.
 
     Args:
       var: Output tensor, or any pytree of output tensors; outputs in a dict or a sequence are
