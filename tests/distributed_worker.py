@@ -12,7 +12,6 @@ equals the gradient of the whole batch's mean loss, so both runs see the same gr
 
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import os
@@ -184,12 +183,18 @@ def _torch_adam_float32_case(rank: int, world: int) -> tuple[float, float]:
     return _optimizer_case(lambda ps: torch.optim.Adam(ps, lr=1e-2), torch.float32)(rank, world)
 
 
-def _dcp_case(checkpoint: str) -> Callable[[int, int], tuple[float, float]]:
+# Optimizers whose states go through DCP: a chain with a global reduction, and factored moments
+# (whose column statistics are reductions over the sharded axis).
+CHECKPOINTED = {
+    "clip_by_global_norm + adamw": lambda: optax.chain(optax.clip_by_global_norm(0.5),
+                                                       optax.adamw(1e-2, weight_decay=0.1)),
+    "adafactor": lambda: optax.adafactor(1e-2, min_dim_size_to_factor=4),
+}
+
+
+def _dcp_case(checkpoint: str, make_tx: Callable[[], Any]) -> Callable[[int, int], tuple]:
     """Save on 2 ranks after 2 steps; load into a layout sharded along dimension 1 instead
     (resharded by DCP) and train 2 more steps; compare with 4 uninterrupted steps."""
-    def make_tx() -> Any:
-        return optax.chain(optax.clip_by_global_norm(0.5), optax.adamw(1e-2, weight_decay=0.1))
-
     def case(rank: int, world: int) -> tuple[float, float]:
         model = _sharded(torch.float64)
         _, state = _train_functional(model, make_tx(), rank, world, steps=2)
@@ -275,6 +280,15 @@ def _ddp_maml_case(rank: int, world: int) -> tuple[float, float]:
     return _difference(ours, reference), 1e-10
 
 
+def _meta_adam_on_fsdp_raises_case(rank: int, world: int) -> tuple[float, float]:
+    """``MetaAdam`` refuses FSDP2-sharded parameters with a TypeError that says to use DDP."""
+    try:
+        torchopt_fn.MetaAdam(_sharded(torch.float64), lr=0.1)
+    except TypeError as error:
+        return (0.0 if "DistributedDataParallel" in str(error) else 1.0), 0.0
+    return 1.0, 0.0
+
+
 def _zero_case(rank: int, world: int) -> tuple[float, float]:
     """``ZeroRedundancyOptimizer`` sharding a ``torchopt_fn.Adam`` over the ranks under DDP."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -293,7 +307,7 @@ def _zero_case(rank: int, world: int) -> tuple[float, float]:
     return _difference(ours, reference), 1e-10
 
 
-def cases(checkpoint: str) -> dict[str, Callable[[int, int], tuple[float, float]]]:
+def cases(out_dir: str) -> dict[str, Callable[[int, int], tuple[float, float]]]:
     """All cases by name, in the order they run."""
     f32 = torch.float32
     functional = {
@@ -335,9 +349,12 @@ def cases(checkpoint: str) -> dict[str, Callable[[int, int], tuple[float, float]
     table["fsdp float32 torchopt_fn.Adam"] = _optimizer_case(
         lambda ps: torchopt_fn.Adam(ps, lr=1e-2), f32)
     table["fsdp float32 torch.optim.Adam"] = _torch_adam_float32_case
-    table["dcp save 2 ranks, load resharded on 2 ranks"] = _dcp_case(checkpoint)
+    for name, make in CHECKPOINTED.items():
+        table[f"dcp {name}: save on 2 ranks, load resharded on 2 ranks"] = _dcp_case(
+            checkpoint_path(out_dir, name), make)
     table["ddp MultiSteps with no_sync"] = _ddp_multisteps_case
     table["ddp MAML MetaAdam meta-gradients"] = _ddp_maml_case
+    table["fsdp MetaAdam raises, naming DDP"] = _meta_adam_on_fsdp_raises_case
     table["zero ZeroRedundancyOptimizer(torchopt_fn.Adam)"] = _zero_case
     return table
 
@@ -349,9 +366,8 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     init_device_mesh("cpu", (world,))
-    checkpoint = os.path.join(out_dir, "checkpoint")
     with open(os.path.join(out_dir, f"rank{rank}.jsonl"), "w") as results:
-        for name, case in cases(checkpoint).items():
+        for name, case in cases(out_dir).items():
             try:
                 difference, tolerance = case(rank, world)
                 record = {"case": name, "difference": difference, "tolerance": tolerance}
@@ -363,13 +379,15 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def load_on_one_process(checkpoint: str) -> float:
-    """Loads the 2-rank checkpoint of the DCP case into plain tensors in this one process (no
+def checkpoint_path(out_dir: str, name: str) -> str:
+    """Where the DCP case of the optimizer ``name`` (a key of ``CHECKPOINTED``) saves."""
+    return os.path.join(out_dir, "checkpoint " + name.replace(" ", ""))
+
+
+def load_on_one_process(checkpoint: str, make_tx: Callable[[], Any]) -> float:
+    """Loads the 2-rank checkpoint of a DCP case into plain tensors in this one process (no
     process group), trains the 2 remaining steps and returns the difference with 4
     uninterrupted steps."""
-    def make_tx() -> Any:
-        return optax.chain(optax.clip_by_global_norm(0.5), optax.adamw(1e-2, weight_decay=0.1))
-
     model = _model(torch.float64)
     template = make_tx().init({name: p.detach() for name, p in model.named_parameters()})
     to_load = {"model": model.state_dict(), "opt": state_to_dict(template)}
@@ -377,6 +395,5 @@ def load_on_one_process(checkpoint: str) -> float:
     model.load_state_dict(to_load["model"])
     ours, _ = _train_functional(model, make_tx(), None, 2, steps=2,
                                 state=state_from_dict(template, to_load["opt"]), first_step=2)
-    reference, _ = _train_functional(copy.deepcopy(_model(torch.float64)), make_tx(), None, 2,
-                                     steps=4)
+    reference, _ = _train_functional(_model(torch.float64), make_tx(), None, 2, steps=4)
     return _difference(ours, reference)

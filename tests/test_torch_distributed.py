@@ -73,7 +73,9 @@ def test_matches_single_process(results: dict[str, Any], case: str) -> None:
             f"single-process run, tolerance {record['tolerance']:.1g}")
 
 
-def test_dcp_checkpoint_of_two_ranks_loads_on_one(results: dict[str, Any]) -> None:
-    checkpoint = os.path.join(results["out_dir"], "checkpoint")
+@pytest.mark.parametrize("name", list(distributed_worker.CHECKPOINTED))
+def test_dcp_checkpoint_of_two_ranks_loads_on_one(results: dict[str, Any], name: str) -> None:
+    checkpoint = distributed_worker.checkpoint_path(results["out_dir"], name)
     assert os.path.isdir(checkpoint), f"the 2-rank save did not happen: {results['failure']}"
-    assert distributed_worker.load_on_one_process(checkpoint) <= 1e-10
+    make_tx = distributed_worker.CHECKPOINTED[name]
+    assert distributed_worker.load_on_one_process(checkpoint, make_tx) <= 1e-10

@@ -216,8 +216,9 @@ def scale_by_lbfgs(
         diff_updates_memory = [buffer.index_copy(0, _index_for(buffer, prev_memory_idx),
                                                  d.unsqueeze(0))
                                for buffer, d in zip(diff_updates_memory, diff_updates)]
+        # The memory of weights is a plain tensor, the same on every rank.
         weights_memory = state.weights_memory.index_copy(
-            0, prev_memory_idx, weight.reshape(1).to(state.weights_memory.dtype))
+            0, prev_memory_idx, tm.gathered(weight).reshape(1).to(state.weights_memory.dtype))
 
         # 2. The scale gamma_k of the initial preconditioner.
         if scale_init_precond:

@@ -658,12 +658,39 @@ def ravel(xs: Leaves) -> torch.Tensor:
     for x in xs[1:]:
         dtype = torch.promote_types(dtype, x.dtype)
     if is_distributed(xs):
-        xs = [_gathered(x) for x in xs]
+        xs = [gathered(x) for x in xs]
     return torch.cat([x.reshape(-1).to(dtype) for x in xs])
 
 
-def _gathered(x: torch.Tensor) -> torch.Tensor:
-    """The whole value of a DTensor leaf on every rank (a plain tensor stays as it is)."""
+def reduced_for_storage(xs: Leaves) -> Leaves:
+    """The leaves with every pending DTensor reduction carried out, for keeping in a state.
+
+    A reduction over a sharded axis (the column means of a matrix sharded by rows) gives a
+    DTensor with a ``Partial`` placement: each rank holds a whole-size partial result. Stored
+    as it is, a state would keep the whole vector on every rank (and DCP cannot save it);
+    reduce-scattered to ``Shard(0)`` (``Replicate`` for 0-d values) each rank keeps its part
+    and the next step gathers it where the math needs the whole. Plain tensors are returned
+    as they are.
+    """
+    if not is_distributed(xs):
+        return list(xs)
+    module = sys.modules["torch.distributed.tensor"]
+    partial = sys.modules["torch.distributed.tensor.placement_types"].Partial
+    result = []
+    for x in xs:
+        if isinstance(x, module.DTensor) and any(isinstance(p, partial) for p in x.placements):
+            whole = module.Shard(0) if x.ndim else module.Replicate()
+            x = x.redistribute(placements=[whole if isinstance(p, partial) else p
+                                           for p in x.placements])
+        result.append(x)
+    return result
+
+
+def gathered(x: torch.Tensor) -> torch.Tensor:
+    """The whole value of a DTensor as a plain tensor on every rank (a plain tensor as it is).
+
+    For a replicated 0-d DTensor (a global norm, an inner product) nothing is communicated.
+    """
     full_tensor = getattr(x, "full_tensor", None)
     return full_tensor() if full_tensor is not None else x
 
