@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from filelock import FileLock
 
 from tests import distributed_worker
 
@@ -32,9 +33,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out_dir = str(tmp_path_factory.mktemp("distributed"))
+def _spawn_and_collect(out_dir: str) -> dict[str, Any]:
+    """Runs the ranks once, bounded in time, and gathers what each rank reported."""
     context = torch.multiprocessing.start_processes(
         distributed_worker.run, args=(WORLD, _free_port(), out_dir), nprocs=WORLD, join=False,
         start_method="spawn")
@@ -57,6 +57,22 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         lines = open(path).read().splitlines() if os.path.exists(path) else []
         per_rank.append({record["case"]: record for record in map(json.loads, lines)})
     return {"ranks": per_rank, "failure": failure, "out_dir": out_dir}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # Under pytest-xdist every worker would run this fixture: the first one spawns the ranks,
+    # the others wait on the lock and read its results.
+    session_root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:  # each worker's base is inside the session's
+        session_root = session_root.parent
+    shared = session_root / "torch_distributed"
+    shared.mkdir(exist_ok=True)
+    summary = shared / "results.json"
+    with FileLock(str(shared / "lock")):
+        if not summary.exists():
+            summary.write_text(json.dumps(_spawn_and_collect(str(shared))))
+    return json.loads(summary.read_text())
 
 
 CASES = list(distributed_worker.cases("unused"))
