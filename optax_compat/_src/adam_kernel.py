@@ -22,8 +22,7 @@ The path applies when: every leaf is a CPU float32 or float64 tensor of one dtyp
 have that dtype, autograd records nothing (no ``requires_grad`` leaf or learning rate), the
 hyperparameters are Python numbers, ``eps_root == 0`` and ``nesterov`` is off, AdamW's decay
 is an unmasked constant (its params are then CPU tensors of that dtype too), ``inplace`` is not
-requested, the leaves are not DTensors, and the code is not being traced by ``torch.compile``.
-Otherwise the chain runs.
+requested, and the code is not being traced by ``torch.compile``. Otherwise the chain runs.
 """
 
 from __future__ import annotations
@@ -135,8 +134,6 @@ def _kernel_step(updates: base.Updates, state: Any, params: base.Params | None,
 
 
 def _plain_cpu_leaves(leaves: list[Any], dtype: torch.dtype) -> bool:
-    # ``is_cpu`` rather than ``device.type``: this runs over every leaf at every step. DTensor
-    # leaves (FSDP2) are excluded: the kernel's step counts would be plain tensors among them.
+    # ``is_cpu`` rather than ``device.type``: this runs over every leaf at every step.
     return dtype in _DTYPES and all(
-        isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cpu for x in leaves
-    ) and not tree_math.is_distributed(leaves)
+        isinstance(x, torch.Tensor) and x.dtype == dtype and x.is_cpu for x in leaves)
