@@ -34,9 +34,9 @@ from optax_compat.checkpoint import state_from_dict, state_to_dict
 
 STEPS = 3
 BATCH = 8
-# float32 tolerance: what torch.optim.Adam itself reaches between the two runs (the
-# "torch.optim.Adam float32" case checks that it stays within it).
-TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5}
+# float32: torch.optim.Adam itself differs by ~1e-7 between the two runs (its case checks
+# that it stays within this tolerance too).
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-6}
 
 
 def _model(dtype: torch.dtype) -> nn.Module:
@@ -86,7 +86,9 @@ def _difference(ours: Any, reference: Any) -> float:
 
 def _train_functional(model: nn.Module, tx: Any, rank: int | None, world: int,
                       steps: int = STEPS, inplace: bool = False, state: Any = None,
-                      first_step: int = 0) -> tuple[dict, Any]:
+                      first_step: int = 0, poison_step: int | None = None) -> tuple[dict, Any]:
+    """Trains with ``tx``; at ``poison_step`` one gradient element (held by the last rank
+    when sharded) is NaN."""
     params = dict(model.named_parameters())
     if state is None:
         state = tx.init({name: p.detach() for name, p in params.items()})
@@ -95,12 +97,22 @@ def _train_functional(model: nn.Module, tx: Any, rank: int | None, world: int,
         model.zero_grad()
         _loss(model, _batch(dtype, step), rank, world).backward()
         grads = {name: p.grad for name, p in params.items()}
+        if step == poison_step:
+            grads["2.weight"] = grads["2.weight"] + _nan_at_last_row(grads["2.weight"])
         detached = {name: p.detach() for name, p in params.items()}
         extra = {"inplace": True} if inplace else {}
         updates, state = tx.update(grads, state, detached, **extra)
         with torch.no_grad():
             torch._foreach_add_(tm.leaves(params), tm.leaves(updates))
     return {name: p.detach() for name, p in params.items()}, state
+
+
+def _nan_at_last_row(like: torch.Tensor) -> torch.Tensor:
+    mask = torch.zeros(like.shape, dtype=like.dtype)
+    mask[-1, 0] = float("nan")
+    if isinstance(like, DTensor):
+        return distribute_tensor(mask, like.device_mesh, like.placements, src_data_rank=None)
+    return mask
 
 
 def _train_module_optimizer(model: nn.Module, make: Callable[[Any], Any], rank: int | None,
@@ -143,6 +155,22 @@ def _optimizer_case(make: Callable[[Any], Any],
         reference = _train_module_optimizer(_model(dtype), make, None, world)
         return _difference(ours, reference), TOLERANCE[dtype]
     return case
+
+
+def _apply_if_finite_nan_on_one_rank_case(rank: int, world: int) -> tuple[float, float]:
+    """A NaN in the shard of one rank only: every rank must skip the step (the finiteness
+    check is global) and the count of bad steps must match one process."""
+    def make_tx() -> Any:
+        return optax.apply_if_finite(optax.adam(1e-2), 3)
+
+    ours, ours_state = _train_functional(_sharded(torch.float64), make_tx(), rank, world,
+                                         poison_step=1)
+    reference, reference_state = _train_functional(_model(torch.float64), make_tx(), None,
+                                                   world, poison_step=1)
+    if int(reference_state.total_notfinite) != 1:
+        return 1.0, 0.0
+    return max(_difference(ours, reference),
+               _difference(ours_state, reference_state)), TOLERANCE[torch.float64]
 
 
 def _lbfgs_case(rank: int, world: int) -> tuple[float, float]:
@@ -335,6 +363,8 @@ def cases(out_dir: str) -> dict[str, Callable[[int, int], tuple[float, float]]]:
         table[f"fsdp inplace {name}"] = _functional_case(functional[name], inplace=True)
     for name in ("adam", "clip_by_global_norm + adam"):
         table[f"fsdp float32 functional {name}"] = _functional_case(functional[name], f32)
+    table["fsdp functional apply_if_finite, NaN in one rank's shard"] = (
+        _apply_if_finite_nan_on_one_rank_case)
     table["fsdp functional lbfgs + zoom linesearch (DTensor leaves)"] = _lbfgs_case
     table["fsdp torchopt_fn.Adam"] = _optimizer_case(lambda ps: torchopt_fn.Adam(ps, lr=1e-2))
     table["fsdp torchopt_fn.Adam accelerated"] = _optimizer_case(
