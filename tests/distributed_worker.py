@@ -30,7 +30,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 import optax_compat as optax
 import torchopt_fn
 from optax_compat._src.building_blocks import tree_math as tm
-from optax_compat.checkpoint import state_from_dict, state_to_dict
+from optax_compat.distributed import state_from_flat_dict, state_to_flat_dict
 
 STEPS = 3
 BATCH = 8
@@ -226,15 +226,15 @@ def _dcp_case(checkpoint: str, make_tx: Callable[[], Any]) -> Callable[[int, int
     def case(rank: int, world: int) -> tuple[float, float]:
         model = _sharded(torch.float64)
         _, state = _train_functional(model, make_tx(), rank, world, steps=2)
-        dcp.save({"model": model.state_dict(), "opt": state_to_dict(state)},
+        dcp.save({"model": model.state_dict(), "opt": state_to_flat_dict(state)},
                  checkpoint_id=checkpoint)
         resharded = _sharded(torch.float64, shard_placement_fn=lambda p: Shard(p.ndim - 1))
         template = make_tx().init({name: p.detach() for name, p in resharded.named_parameters()})
-        to_load = {"model": resharded.state_dict(), "opt": state_to_dict(template)}
+        to_load = {"model": resharded.state_dict(), "opt": state_to_flat_dict(template)}
         dcp.load(to_load, checkpoint_id=checkpoint)
         resharded.load_state_dict(to_load["model"])
         ours, _ = _train_functional(resharded, make_tx(), rank, world, steps=2,
-                                    state=state_from_dict(template, to_load["opt"]),
+                                    state=state_from_flat_dict(template, to_load["opt"]),
                                     first_step=2)
         reference, _ = _train_functional(_model(torch.float64), make_tx(), None, world, steps=4)
         return _difference(ours, reference), TOLERANCE[torch.float64]
@@ -420,10 +420,10 @@ def load_on_one_process(checkpoint: str, make_tx: Callable[[], Any]) -> float:
     uninterrupted steps."""
     model = _model(torch.float64)
     template = make_tx().init({name: p.detach() for name, p in model.named_parameters()})
-    to_load = {"model": model.state_dict(), "opt": state_to_dict(template)}
+    to_load = {"model": model.state_dict(), "opt": state_to_flat_dict(template)}
     dcp.load(to_load, checkpoint_id=checkpoint, no_dist=True)
     model.load_state_dict(to_load["model"])
     ours, _ = _train_functional(model, make_tx(), None, 2, steps=2,
-                                state=state_from_dict(template, to_load["opt"]), first_step=2)
+                                state=state_from_flat_dict(template, to_load["opt"]), first_step=2)
     reference, _ = _train_functional(_model(torch.float64), make_tx(), None, 2, steps=4)
     return _difference(ours, reference)

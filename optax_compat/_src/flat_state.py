@@ -1,23 +1,14 @@
 """Optimizer states as flat dictionaries keyed by name, for ``torch.distributed.checkpoint``.
 
-An extension of Optax's API (Optax checkpoints its states with Orbax). A state is a tree of
-positional NamedTuples and tuples around subtrees keyed like the params; DCP saves and
-reshards dictionaries of tensors, DTensors included, keyed by name. :func:`state_to_dict`
-names each leaf by its path through the state: NamedTuple field names, dict keys (so the
-parameter names) and sequence indices, joined with dots, e.g. ``"1.0.mu.layer.weight"`` for the
-first moment of ``layer.weight`` in ``chain(clip_by_global_norm(1.0), adam(1e-3))``.
-
-Saving on any number of ranks and loading on any other (FSDP2 ``DTensor`` leaves are resharded
-by DCP; plain tensors such as step counts are the same on every rank and saved once)::
-
-    import torch.distributed.checkpoint as dcp
-
-    dcp.save({"model": model.state_dict(), "opt": state_to_dict(state)}, checkpoint_id=path)
-
-    state = tx.init(dict(model.named_parameters()))  # the layout to load into
-    to_load = {"model": model.state_dict(), "opt": state_to_dict(state)}
-    dcp.load(to_load, checkpoint_id=path)  # fills the tensors in place
-    state = state_from_dict(state, to_load["opt"])
+Public as :mod:`optax_compat.distributed` (an extension: Optax checkpoints with Orbax). A state
+is a tree of positional NamedTuples and tuples around subtrees keyed like the params. DCP saves
+and reshards dictionaries of tensors (DTensors included) keyed by name, and does not look inside
+tuples: it would pickle them whole, with the saving ranks' shards. :func:`state_to_flat_dict`
+names each leaf by its path through the state, NamedTuple field names, dict keys (so parameter
+names) and sequence indices joined with dots: ``"1.0.mu.layer.weight"`` is the first moment of
+``layer.weight`` in ``chain(clip_by_global_norm(1.0), adam(1e-3))``. FSDP2 ``DTensor`` leaves
+are resharded by DCP on load; plain tensors such as step counts, the same on every rank, are
+saved once.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ import optree
 
 from optax_compat._src.building_blocks import tree_math
 
-__all__ = ["state_from_dict", "state_to_dict"]
+__all__ = ["state_from_flat_dict", "state_to_flat_dict"]
 
 
 def _key(accessor: optree.PyTreeAccessor) -> str:
@@ -50,7 +41,7 @@ def _named_leaves(state: Any) -> tuple[list[str], list[Any], optree.PyTreeSpec]:
     return keys, leaves, spec
 
 
-def state_to_dict(state: Any) -> dict[str, Any]:
+def state_to_flat_dict(state: Any) -> dict[str, Any]:
     """The leaves of an optimizer state in a flat dict keyed by their paths.
 
     Args:
@@ -67,13 +58,13 @@ def state_to_dict(state: Any) -> dict[str, Any]:
     return dict(zip(keys, leaves))
 
 
-def state_from_dict(template: Any, values: dict[str, Any]) -> Any:
+def state_from_flat_dict(template: Any, values: dict[str, Any]) -> Any:
     """Rebuilds a state with the structure of ``template`` from the dict of its leaves.
 
     Args:
       template: a state of the optimizer to restore, e.g. ``tx.init(params)``, whose structure
         (and, for DCP, whose tensor layouts) the result takes.
-      values: ``{path: leaf}`` as :func:`state_to_dict` makes it, e.g. after
+      values: ``{path: leaf}`` as :func:`state_to_flat_dict` makes it, e.g. after
         ``torch.distributed.checkpoint.load``.
 
     Returns:
