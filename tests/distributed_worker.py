@@ -206,6 +206,32 @@ def _lbfgs_case(rank: int, world: int) -> tuple[float, float]:
     return _difference(ours, reference), TOLERANCE[torch.float64]
 
 
+def _projections_case(rank: int, world: int) -> tuple[float, float]:
+    """Projections on DTensor leaves: the simplex (sorts the whole vector: gathered, then each
+    rank keeps its shard), the L2 ball (a global norm), a box (scalar bounds) and a
+    hyperplane (inner products)."""
+    mesh = init_device_mesh("cpu", (world,))
+    generator = torch.Generator().manual_seed(4)
+    tree = {"a": torch.randn(5, 3, generator=generator, dtype=torch.float64),
+            "b": torch.randn(7, generator=generator, dtype=torch.float64)}
+    normal = {name: torch.randn(x.shape, generator=generator, dtype=torch.float64)
+              for name, x in tree.items()}
+
+    def project(tree: dict, normal: dict) -> list:
+        return [optax.projections.projection_simplex(tree),
+                optax.projections.projection_l2_ball(tree, 0.5),
+                optax.projections.projection_box(tree, -0.3, 0.2),
+                optax.projections.projection_hyperplane(tree, normal, 0.7)]
+
+    def sharded(tree: dict) -> dict:
+        return {name: distribute_tensor(x, mesh, [Shard(0)]) for name, x in tree.items()}
+
+    ours = project(sharded(tree), sharded(normal))
+    if not all(isinstance(x, DTensor) for x in tm.leaves(ours)):
+        return 1.0, 0.0
+    return _difference(ours, project(tree, normal)), TOLERANCE[torch.float64]
+
+
 def _torch_adam_float32_case(rank: int, world: int) -> tuple[float, float]:
     """``torch.optim.Adam`` itself: shows the float32 tolerance is the one it reaches."""
     return _optimizer_case(lambda ps: torch.optim.Adam(ps, lr=1e-2), torch.float32)(rank, world)
@@ -365,6 +391,7 @@ def cases(out_dir: str) -> dict[str, Callable[[int, int], tuple[float, float]]]:
         table[f"fsdp float32 functional {name}"] = _functional_case(functional[name], f32)
     table["fsdp functional apply_if_finite, NaN in one rank's shard"] = (
         _apply_if_finite_nan_on_one_rank_case)
+    table["DTensor leaves: projections (simplex gathers)"] = _projections_case
     table["fsdp functional lbfgs + zoom linesearch (DTensor leaves)"] = _lbfgs_case
     table["fsdp torchopt_fn.Adam"] = _optimizer_case(lambda ps: torchopt_fn.Adam(ps, lr=1e-2))
     table["fsdp torchopt_fn.Adam accelerated"] = _optimizer_case(

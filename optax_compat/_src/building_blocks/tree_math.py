@@ -667,10 +667,9 @@ def reduced_for_storage(xs: Leaves) -> Leaves:
 
     A reduction over a sharded axis (the column means of a matrix sharded by rows) gives a
     DTensor with a ``Partial`` placement: each rank holds a whole-size partial result. Stored
-    as it is, a state would keep the whole vector on every rank (and DCP cannot save it);
-    reduce-scattered to ``Shard(0)`` (``Replicate`` for 0-d values) each rank keeps its part
-    and the next step gathers it where the math needs the whole. Plain tensors are returned
-    as they are.
+    as it is, a state would keep the whole vector on every rank; reduce-scattered to
+    ``Shard(0)`` (``Replicate`` for 0-d values), each rank keeps its part and the next step
+    gathers it where the math needs the whole. Plain tensors are returned as they are.
     """
     if not is_distributed(xs):
         return list(xs)
