@@ -110,7 +110,9 @@ def main() -> None:
             out = os.path.join(directory, f"world{world}.tsv")
             torch.multiprocessing.start_processes(_worker, args=(world, _free_port(), args, out),
                                                   nprocs=world, start_method="spawn")
-            for line in open(out).read().splitlines():
+            with open(out) as file:
+                lines = file.read().splitlines()
+            for line in lines:
                 name, _, milliseconds, state_bytes = line.split("\t")
                 rows[(name, world)] = (float(milliseconds), int(state_bytes))
     print("| optimizer | ranks | step ms (rank 0) | state MB per rank | state vs 1 rank |")
