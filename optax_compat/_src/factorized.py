@@ -137,7 +137,8 @@ def scale_by_factored_rms(
                 v_col.append(torch.zeros_like(param.sum(dim=row_axis)))
                 v.append(placeholder)
         return FactoredState(count=bb.zero_count(params),
-                             v_row=tm.unflatten(spec, v_row), v_col=tm.unflatten(spec, v_col),
+                             v_row=tm.unflatten(spec, tm.reduced_for_storage(v_row)),
+                             v_col=tm.unflatten(spec, tm.reduced_for_storage(v_col)),
                              v=tm.unflatten(spec, v))
 
     def update_fn(updates: base.Updates, state: FactoredState,
@@ -194,7 +195,9 @@ def scale_by_factored_rms(
             new_updates[i] = update
         for i, moment in zip(full, moments, strict=True):
             new_v[i] = moment
-        for i, row, col in zip(split, rows, cols, strict=True):
+        # On DTensor leaves the means over a sharded axis are partial sums until reduced.
+        for i, row, col in zip(split, tm.reduced_for_storage(rows), tm.reduced_for_storage(cols),
+                               strict=True):
             new_v_row[i], new_v_col[i] = row, col
 
         return tm.unflatten(spec, new_updates), FactoredState(

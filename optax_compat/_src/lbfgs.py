@@ -39,7 +39,7 @@ class ScaleByLBFGSState(NamedTuple):
 
 def _vdot(xs: tm.Leaves, ys: tm.Leaves) -> torch.Tensor:
     """``Re sum(conj(x) * y)`` over all leaves, as a 0-d tensor."""
-    return tm.sum_scalars([torch.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(xs, ys)]).real
+    return tm.vdot(xs, ys).real
 
 
 def _precondition_by_lbfgs(
@@ -75,8 +75,10 @@ def _precondition_by_lbfgs(
                             memory_size)
     rhos = weights_memory.index_select(0, order)
     if not _one_vector_space(updates):
-        diff_params = [buffer.index_select(0, order) for buffer in diff_params_memory]
-        diff_updates = [buffer.index_select(0, order) for buffer in diff_updates_memory]
+        diff_params = [buffer.index_select(0, _index_for(buffer, order))
+                       for buffer in diff_params_memory]
+        diff_updates = [buffer.index_select(0, _index_for(buffer, order))
+                        for buffer in diff_updates_memory]
         return _two_loop(list(updates), diff_params, diff_updates, rhos, identity_scale)
     # Leaves of one dtype and device are concatenated into one vector (one copy of the memory,
     # which reordering copies anyway), so each inner product and update is one kernel rather
@@ -88,9 +90,24 @@ def _precondition_by_lbfgs(
     return tm.unravel(flat, updates)
 
 
+def _index_for(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``index`` as the indexing operators of ``buffer`` take it: a DTensor memory (FSDP2
+    params) needs the index as a DTensor too, the same on every rank."""
+    if not tm.is_distributed([buffer]):
+        return index
+    from torch.distributed.tensor import DTensor, Replicate
+
+    return DTensor.from_local(index, buffer.device_mesh,
+                              [Replicate()] * buffer.device_mesh.ndim)
+
+
 def _one_vector_space(leaves: tm.Leaves) -> bool:
-    """Whether the leaves share one dtype and device (and are several: one needs no concat)."""
-    return len(leaves) > 1 and len({(x.dtype, x.device) for x in leaves}) == 1
+    """Whether the leaves share one dtype and device (and are several: one needs no concat).
+
+    DTensor shards stay apart: concatenating them would gather every leaf.
+    """
+    return (len(leaves) > 1 and len({(x.dtype, x.device) for x in leaves}) == 1
+            and not tm.is_distributed(leaves))
 
 
 def _rows(buffers: tm.Leaves, memory_size: int) -> torch.Tensor:
@@ -169,9 +186,9 @@ def scale_by_lbfgs(
     def init_fn(params: base.Params) -> ScaleByLBFGSState:
         leaves, spec = tm.flatten(params)
         device = leaves[0].device if leaves else None
+        # Stacking keeps a DTensor leaf's sharding (its dimension 0 becomes dimension 1).
         stacked_zeros = tm.unflatten(
-            spec, [torch.zeros((memory_size, *x.shape), dtype=x.dtype, device=x.device)
-                   for x in leaves])
+            spec, [torch.stack([torch.zeros_like(x)] * memory_size) for x in leaves])
         return ScaleByLBFGSState(
             count=torch.zeros([], dtype=torch.int32, device=device),
             params=tm.unflatten(spec, tm.zeros_like(leaves)),
@@ -203,12 +220,15 @@ def scale_by_lbfgs(
         diff_updates = tm.where(started, tm.sub(us, prev_us), tm.zeros_like(us))
         curvature = _vdot(diff_updates, diff_params)
         weight = torch.where(curvature == 0.0, 0.0, 1.0 / curvature)
-        diff_params_memory = [buffer.index_copy(0, prev_memory_idx, d.unsqueeze(0))
+        diff_params_memory = [buffer.index_copy(0, _index_for(buffer, prev_memory_idx),
+                                                d.unsqueeze(0))
                               for buffer, d in zip(diff_params_memory, diff_params)]
-        diff_updates_memory = [buffer.index_copy(0, prev_memory_idx, d.unsqueeze(0))
+        diff_updates_memory = [buffer.index_copy(0, _index_for(buffer, prev_memory_idx),
+                                                 d.unsqueeze(0))
                                for buffer, d in zip(diff_updates_memory, diff_updates)]
+        # The memory of weights is a plain tensor, the same on every rank.
         weights_memory = state.weights_memory.index_copy(
-            0, prev_memory_idx, weight.reshape(1).to(state.weights_memory.dtype))
+            0, prev_memory_idx, tm.gathered(weight).reshape(1).to(state.weights_memory.dtype))
 
         # 2. The scale gamma_k of the initial preconditioner.
         if scale_init_precond:

@@ -93,11 +93,6 @@ def _in_dtype(value: Scalar, dtype: torch.dtype) -> Scalar:
     return value.to(dtype) if isinstance(value, torch.Tensor) else value
 
 
-def _vdot(xs: tm.Leaves, ys: tm.Leaves) -> torch.Tensor:
-    """``sum(x * y)`` over all leaves (Optax's ``tree.vdot`` of real trees)."""
-    return tm.sum_scalars([torch.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(xs, ys)])
-
-
 def _momo_step(
     barf: torch.Tensor, gamma: torch.Tensor, iprod: torch.Tensor, direction_norm: torch.Tensor,
     previous_lb: torch.Tensor, alpha: Scalar, weight_decay: Scalar, lower_bound: Scalar,
@@ -204,9 +199,9 @@ def momo(
         barf = _average(state.barf, value, decay)
         exp_avg = tm.add(tm.mul(moments, tm.scalar_like(decay, moments)),
                          tm.mul(gs, tm.scalar_like(1 - decay, gs)))
-        gamma = decay * state.gamma + (1 - decay) * _vdot(gs, ps)
+        gamma = decay * state.gamma + (1 - decay) * tm.vdot(gs, ps)
         direction_norm = tm.sum_of_squares(exp_avg)
-        iprod = _vdot(exp_avg, ps)
+        iprod = tm.vdot(exp_avg, ps)
         alpha = _learning_rate(learning_rate, count, barf.dtype)
         tau, new_lb = _momo_step(barf, gamma, iprod, direction_norm, state.lb, alpha,
                                  weight_decay, lower_bound, adapt_lower_bound)
@@ -294,9 +289,9 @@ def momo_adam(
         second_moments = tm.div(exp_avg_sq, tm.scalar_like(second_correction, exp_avg_sq))
         precond = tm.add(tm.sqrt(second_moments), tm.scalar_like(eps, second_moments))
         weighted = tm.div(exp_avg, precond)
-        direction_norm = _vdot(exp_avg, weighted)
-        gamma = decay1 * state.gamma + (1 - decay1) * _vdot(gs, ps)
-        iprod = _vdot(exp_avg, ps)
+        direction_norm = tm.vdot(exp_avg, weighted)
+        gamma = decay1 * state.gamma + (1 - decay1) * tm.vdot(gs, ps)
+        iprod = tm.vdot(exp_avg, ps)
         alpha = _learning_rate(learning_rate, count, barf.dtype)
         first_correction = bb.bias_correction(b1, count_inc, gs).to(barf.dtype)
         tau, new_lb = _momo_step(barf, gamma, iprod, direction_norm, state.lb, alpha,

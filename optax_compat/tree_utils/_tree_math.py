@@ -91,7 +91,7 @@ def tree_vdot(tree_x: Any, tree_y: Any) -> torch.Tensor:
     ys = tm.leaves_like(tree_y, spec, "tree_y", reference=tree_x)
     if not xs:
         return torch.tensor(0)
-    return tm.sum_scalars([torch.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(xs, ys)])
+    return tm.vdot(xs, ys)
 
 
 def tree_sum(tree: Any, associative_reduction: bool = False) -> torch.Tensor:

@@ -48,7 +48,7 @@ def _dampened_trace(momentum: float, dampening: float) -> GradientTransformation
                                        count=numerics.safe_increment(state.count))
         if inplace and grads:
             # The next transformations may write into the updates: they must not be the trace.
-            torch._foreach_copy_(grads, new_trace)
+            tree_math.copy_(grads, new_trace)
             return updates, new_state
         return tree_math.unflatten(spec, new_trace), new_state
 

@@ -19,6 +19,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
@@ -258,14 +259,43 @@ def maximum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Elementwise maximum per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_maximum(xs, _operand(ys, xs)))
+    return list(torch._foreach_maximum(xs, _bound(ys, xs)))
 
 
 def minimum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Elementwise minimum per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_minimum(xs, _operand(ys, xs)))
+    return list(torch._foreach_minimum(xs, _bound(ys, xs)))
+
+
+def _bound(bound: ScalarOrLeaves, xs: Leaves) -> Any:
+    """The operand of ``torch._foreach_maximum``/``minimum`` for ``bound``.
+
+    DTensor has no sharding strategy for the Scalar and ScalarList forms of these kernels
+    (``aten._foreach_maximum.Scalar``, ``aten._foreach_minimum_.ScalarList``, ...), only for the
+    List form; on DTensor leaves a scalar bound is passed as one 0-d tensor per leaf, which is
+    the same elementwise operation (same values, same gradient at ties).
+    """
+    operand = _operand(bound, xs)
+    if isinstance(operand, list) and operand and isinstance(operand[0], torch.Tensor):
+        return operand
+    if not is_distributed(xs):
+        return operand
+    values = operand if isinstance(operand, list) else [operand] * len(xs)
+    return [torch.as_tensor(value, dtype=x.dtype, device=x.device)
+            for value, x in zip(values, xs)]
+
+
+def is_distributed(xs: Sequence[Any]) -> bool:
+    """Whether any of ``xs`` is a ``torch.distributed.tensor.DTensor`` (e.g. an FSDP2 shard).
+
+    Such leaves take the registered DTensor operators where a ``torch._foreach_*`` kernel has
+    no sharding strategy; plain tensors keep the batched kernels. Costs nothing when
+    ``torch.distributed.tensor`` was never imported (then no DTensor can exist).
+    """
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and any(isinstance(x, module.DTensor) for x in xs)
 
 
 def zeros_like(xs: Leaves, dtype: torch.dtype | None = None) -> Leaves:
@@ -307,6 +337,21 @@ def sum_of_squares(xs: Leaves) -> torch.Tensor:
         return torch.tensor(0.0)
     norms = torch._foreach_norm([x.abs() if x.is_complex() else x for x in xs])
     return sum_scalars(torch._foreach_mul(norms, norms))
+
+
+def vdot(xs: Leaves, ys: Leaves) -> torch.Tensor:
+    """``sum(conj(x) * y)`` over all elements of all leaves (JAX's tree ``vdot``), a 0-d tensor.
+
+    A DTensor leaf sharded unevenly (FSDP2 shards dimension 0 of any size) cannot be flattened
+    with ``reshape(-1)``; its product is summed instead, a partial sum on each rank that DTensor
+    reduces, so nothing is gathered.
+    """
+    if not xs:
+        return torch.tensor(0.0)
+    if is_distributed(xs):
+        return sum_scalars([(x.conj() * y if x.is_complex() else x * y).sum()
+                            for x, y in zip(xs, ys, strict=True)])
+    return sum_scalars([torch.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(xs, ys)])
 
 
 def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -371,14 +416,23 @@ def mul_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
 def clamp_(xs: Leaves, low: Scalar, high: Scalar) -> Leaves:
     """Writes ``min(max(x, low), high)`` into each ``x``; the twin of ``minimum(maximum(..))``."""
     if xs:
-        torch._foreach_maximum_(xs, _operand(low, xs))
-        torch._foreach_minimum_(xs, _operand(high, xs))
+        torch._foreach_maximum_(xs, _bound(low, xs))
+        torch._foreach_minimum_(xs, _bound(high, xs))
     return xs
 
 
 def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
-    """Copies each source into its destination buffer (casting to the destination's dtype)."""
-    if destinations:
+    """Copies each source into its destination buffer (casting to the destination's dtype).
+
+    DTensor has no sharding strategy for ``aten._foreach_copy_``; DTensor leaves are copied one
+    by one with ``Tensor.copy_``, which it has.
+    """
+    if not destinations:
+        return destinations
+    if is_distributed(destinations):
+        for destination, source in zip(destinations, sources, strict=True):
+            destination.copy_(source)
+    else:
         torch._foreach_copy_(destinations, sources)
     return destinations
 
@@ -594,14 +648,50 @@ def ravel(xs: Leaves) -> torch.Tensor:
     """All leaves concatenated into one flat vector in their promoted dtype.
 
     The vector of JAX's ``flatten_util.ravel_pytree``, in the leaves' flattening order;
-    :func:`unravel` is its inverse.
+    :func:`unravel` is its inverse. DTensor leaves are gathered whole (``full_tensor``) on every
+    rank: a vector of all parameters is what the callers' math (projections that sort it,
+    dense Hessians) works on, and DTensor cannot flatten an unevenly sharded leaf.
     """
     if not xs:
         return torch.zeros(0)
     dtype = xs[0].dtype
     for x in xs[1:]:
         dtype = torch.promote_types(dtype, x.dtype)
+    if is_distributed(xs):
+        xs = [gathered(x) for x in xs]
     return torch.cat([x.reshape(-1).to(dtype) for x in xs])
+
+
+def reduced_for_storage(xs: Leaves) -> Leaves:
+    """The leaves with every pending DTensor reduction carried out, for keeping in a state.
+
+    A reduction over a sharded axis (the column means of a matrix sharded by rows) gives a
+    DTensor with a ``Partial`` placement: each rank holds a whole-size partial result. Stored
+    as it is, a state would keep the whole vector on every rank; reduce-scattered to
+    ``Shard(0)`` (``Replicate`` for 0-d values), each rank keeps its part and the next step
+    gathers it where the math needs the whole. Plain tensors are returned as they are.
+    """
+    if not is_distributed(xs):
+        return list(xs)
+    module = sys.modules["torch.distributed.tensor"]
+    partial = sys.modules["torch.distributed.tensor.placement_types"].Partial
+    result = []
+    for x in xs:
+        if isinstance(x, module.DTensor) and any(isinstance(p, partial) for p in x.placements):
+            whole = module.Shard(0) if x.ndim else module.Replicate()
+            x = x.redistribute(placements=[whole if isinstance(p, partial) else p
+                                           for p in x.placements])
+        result.append(x)
+    return result
+
+
+def gathered(x: torch.Tensor) -> torch.Tensor:
+    """The whole value of a DTensor as a plain tensor on every rank (a plain tensor as it is).
+
+    For a replicated 0-d DTensor (a global norm, an inner product) nothing is communicated.
+    """
+    full_tensor = getattr(x, "full_tensor", None)
+    return full_tensor() if full_tensor is not None else x
 
 
 def unravel(vector: torch.Tensor, like: Leaves) -> Leaves:
@@ -614,5 +704,11 @@ def unravel(vector: torch.Tensor, like: Leaves) -> Leaves:
     if vector.ndim != 1 or vector.shape[0] != sum(sizes):
         raise ValueError(f"Expected a vector of {sum(sizes)} elements, got shape "
                          f"{tuple(vector.shape)}.")
-    pieces = torch.split(vector, sizes)
-    return [piece.reshape(x.shape).to(x.dtype) for piece, x in zip(pieces, like)]
+    pieces = [piece.reshape(x.shape).to(x.dtype)
+              for piece, x in zip(torch.split(vector, sizes), like)]
+    if not is_distributed(like):
+        return pieces
+    # Each rank keeps its own shard of the whole value it holds: no communication.
+    distribute = sys.modules["torch.distributed.tensor"].distribute_tensor
+    return [distribute(piece, x.device_mesh, x.placements, src_data_rank=None)
+            if hasattr(x, "device_mesh") else piece for piece, x in zip(pieces, like)]

@@ -51,8 +51,20 @@ class MetaOptimizer:
         self.add_param_group(module)
 
     def add_param_group(self, module: nn.Module) -> None:
-        """Adds the parameters of ``module`` as a new group, with its own state."""
+        """Adds the parameters of ``module`` as a new group, with its own state.
+
+        Raises:
+          TypeError: if the parameters are DTensors (an FSDP2 ``fully_shard`` module).
+        """
         containers = extract_module_containers(module, with_buffers=False)[0]
+        if tree_math.is_distributed(tree_math.leaves(containers)):
+            # FSDP2 all-gathers its sharded parameters into other tensors for the forward pass
+            # and reduces gradients in backward hooks: ``autograd.grad`` of a loss with respect
+            # to the sharded parameters has no path to follow, twice-differentiable or not.
+            raise TypeError(
+                f"{type(self).__name__} cannot optimize DTensor (FSDP2-sharded) parameters: a "
+                "differentiable step needs the loss's graph to reach them. Wrap the module "
+                "with DistributedDataParallel instead (each rank keeps whole parameters).")
         self.param_containers_groups.append(containers)
         names = _parameter_names(module)
         self._parameter_name_groups.append(tree_math.leaves(tuple(
