@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 import torch
 
-from optax_compat._src import fused
 from torchopt_fn import alias
 from torchopt_fn.optim.base import Optimizer
 from torchopt_fn.typing import ScalarOrSchedule
@@ -18,8 +17,8 @@ class Adam(Optimizer):
     """Adam, as ``torch.optim.Adam``.
 
     See :func:`torchopt_fn.adam` for the arguments. With ``use_accelerated_op=True`` (and no
-    weight decay, ``maximize`` or ``eps_root``) each step runs PyTorch's fused Adam kernel
-    in place (:func:`optax_compat._src.fused.adam`), on the same state.
+    ``eps_root``) each step runs PyTorch's fused Adam kernel in place, on the same state (the
+    alias's whole in-place step, :func:`optax_compat.inplace_step`).
     """
 
     def __init__(
@@ -48,5 +47,3 @@ class Adam(Optimizer):
                 use_accelerated_op=use_accelerated_op,
             ),
         )
-        if use_accelerated_op and weight_decay == 0.0 and not maximize and eps_root == 0.0:
-            self._fused_step = fused.adam(lr, betas[0], betas[1], eps).step

@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from optax_compat._src import fused
 from torchopt_fn import alias
 from torchopt_fn.optim.base import Optimizer
 from torchopt_fn.typing import OptState, Params, ScalarOrSchedule
@@ -18,8 +17,8 @@ class AdamW(Optimizer):
     """Adam with decoupled weight decay, as ``torch.optim.AdamW``.
 
     See :func:`torchopt_fn.adamw` for the arguments. With ``use_accelerated_op=True`` (and no
-    ``maximize`` or ``eps_root``) each step runs PyTorch's fused AdamW kernel in place
-    (:func:`optax_compat._src.fused.adamw`), on the same state.
+    ``eps_root`` or ``mask``) each step runs PyTorch's fused AdamW kernel in place, on the
+    same state (the alias's whole in-place step, :func:`optax_compat.inplace_step`).
     """
 
     def __init__(
@@ -50,6 +49,3 @@ class AdamW(Optimizer):
                 use_accelerated_op=use_accelerated_op,
             ),
         )
-        if use_accelerated_op and not maximize and eps_root == 0.0:
-            self._fused_step = fused.adamw(lr, betas[0], betas[1], eps,
-                                           weight_decay=weight_decay, mask=mask).step

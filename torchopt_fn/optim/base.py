@@ -9,6 +9,7 @@ import optree
 import torch
 
 import optax_compat._src.base as optax_base
+from optax_compat import inplace_step
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.base import GradientTransformation, UninitializedState
 from torchopt_fn.optim import _state_dict
@@ -85,13 +86,10 @@ class Optimizer:
     are skipped, as by ``torch.optim``: they and their per-parameter state buffers keep their
     values (a step counter shared by the group still advances).
 
-    Subclasses may set ``_fused_step`` to a ``step(params, grads, state) -> state`` that does
-    the whole update in place on the same state (the fused Adam kernels of
-    :mod:`optax_compat._src.fused`); :meth:`step` then calls it instead of ``update`` and
+    When ``impl`` has a whole in-place step (:func:`optax_compat.inplace_step`, e.g. the
+    accelerated Adam aliases), :meth:`step` calls it instead of ``update`` and
     :func:`apply_updates`.
     """
-
-    _fused_step: Callable[[Any, Any, OptState], OptState] | None = None
 
     def __init__(self, params: Iterable[torch.Tensor], impl: GradientTransformation) -> None:
         """Builds the optimizer.
@@ -102,6 +100,8 @@ class Optimizer:
             ``optax_compat`` transformation is accepted too.
         """
         self.impl: GradientTransformation = as_transformation(impl)
+        self._fused_step: Callable[[Any, Any, OptState], OptState] | None = inplace_step(
+            self.impl)
         self.param_groups: list[TupleOfTensors] = []
         self.param_treespecs: list[Any] = []
         self.state_groups: list[OptState] = []

@@ -441,17 +441,19 @@ def clone(xs: Leaves) -> Leaves:
     return [x.clone() for x in xs]
 
 
-def lerp(starts: Leaves, ends: Leaves, weight: float, *, inplace: bool = False) -> Leaves:
-    """``start + weight * (end - start)`` per leaf, one pass (``torch._foreach_lerp``).
+def moving_average(moments: Leaves, values: Leaves, decay: float, *,
+                   inplace: bool = False) -> Leaves:
+    """``decay * moment + (1 - decay) * value`` per leaf, written into ``moments`` if ``inplace``.
 
-    With ``inplace`` the result is written into ``starts``; both forms run the same kernel.
+    The moments are scaled, then the values added: both forms run the same kernels, so they
+    give the same bits. Not ``lerp``: an infinite moment stays infinite at the next finite
+    value, as with Optax's ``(1 - decay) * value + decay * moment``.
     """
-    if not starts:
-        return starts
-    if inplace:
-        torch._foreach_lerp_(starts, ends, weight)
-        return starts
-    return list(torch._foreach_lerp(starts, ends, weight))
+    if not moments:
+        return moments
+    scaled = mul_(moments, decay) if inplace else mul(moments, decay)
+    torch._foreach_add_(scaled, values, alpha=1 - decay)
+    return scaled
 
 
 def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:
