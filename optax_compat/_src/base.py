@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 import torch
 
 from optax_compat._src.building_blocks import inplace, tree_math
+from optax_compat._src.building_blocks.state import NO_PARAMS_MSG  # noqa: F401  (public in Optax's base)
 
 PyTree = Any
 Shape = Sequence[int]
