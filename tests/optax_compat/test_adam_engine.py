@@ -297,13 +297,12 @@ def test_torchopt_optimizers_read_views_as_their_values(optimizer: str, accelera
 # Infinite moments stay infinite at the next finite gradient, as in Optax.
 
 
-@pytest.mark.parametrize("mode", ["pure", "inplace", "apply"])
-@pytest.mark.parametrize("name", ["adam", "adamw", "lion"])
+@pytest.mark.parametrize(("name", "mode"), [
+    (name, mode) for name in ("adam", "adamw", "lion") for mode in ("pure", "inplace", "apply")
+    if (name, mode) != ("lion", "apply")])  # lion has no whole in-place step
 def test_inf_moments_match_optax(name: str, mode: str) -> None:
     import optax
 
-    if mode == "apply" and name == "lion":
-        pytest.skip("lion has no whole in-place step")
     inf = float("inf")
     params = {"w": torch.tensor([1.0, -2.0, 3.0]), "b": torch.tensor([0.5, 0.25])}
     grads = [{"w": torch.tensor([inf, 1.0, -inf]), "b": torch.tensor([1e30, 2.0])}] + [
