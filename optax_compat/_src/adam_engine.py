@@ -134,32 +134,35 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     hypers = (hp.b1, hp.b2, hp.eps, hp.eps_root)
     lr = None if terms is None else terms.learning_rate
     if (hp.nesterov or not all(map(bb.is_number, hypers))
-            or not tm.same_dtypes(gs, mus) or not tm.same_dtypes(gs, nus)
-            or any(map(torch.is_complex, gs))
             or tm.is_recording(gs, mus, nus, params or [],
                                lr if isinstance(lr, torch.Tensor) else [])):
         return "formula"
-    if terms is not None and mode != "inplace" and _kernel_fits(hp, gs, mus, nus, mode, terms,
-                                                                 params):
+    dtypes = {g.dtype for g in gs}
+    if (any(dtype.is_complex for dtype in dtypes) or not tm.same_dtypes(gs, mus)
+            or not tm.same_dtypes(gs, nus)):
+        return "formula"
+    if (terms is not None and mode != "inplace" and len(dtypes) == 1
+            and _kernel_fits(hp, gs, mus, nus, mode, terms, params)):
         return "kernel"
     return "foreach"
 
 
 def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
                  mode: Mode, terms: AliasTerms, params: Optional[tm.Leaves]) -> bool:
-    """Whether the fused kernel computes this step: see the module's docstring."""
-    if (not gs or torch.compiler.is_compiling() or not bb.is_zero(hp.eps_root)
+    """Whether the fused kernel computes this step, whose leaves have one dtype (see the
+    module's docstring)."""
+    if (gs[0].dtype not in _KERNEL_DTYPES or torch.compiler.is_compiling()
+            or not bb.is_zero(hp.eps_root)
             or not all(map(bb.is_number, (terms.weight_decay, terms.l2)))
             or (mode == "pure" and not bb.is_zero(terms.l2))
             or (params is None and (mode == "apply" or not bb.is_zero(terms.weight_decay)))):
         return False
-    dtype = gs[0].dtype
-    if dtype not in _KERNEL_DTYPES:
+    if params is not None and not tm.same_dtypes(gs, params):
         return False
-    written = [*mus, *nus, *params] if mode == "apply" else []
-    return all(x.dtype == dtype and (x.is_cpu or x.is_cuda) and x.layout == torch.strided
-               for x in (*gs, *(params or []))) and all(
-        x.is_contiguous() for x in written)
+    on_kernel_devices = all((g.is_cpu or g.is_cuda) and g.layout == torch.strided for g in gs)
+    # Buffers written in place are read by the kernel as packed memory.
+    written = (*mus, *nus, *params) if mode == "apply" and params is not None else ()
+    return on_kernel_devices and all(x.is_contiguous() for x in written)
 
 
 def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
@@ -253,9 +256,9 @@ def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm
         targets = [torch.zeros(g.shape, dtype=dtype, device=g.device) for g in grads]
         new_mus = [m.clone(memory_format=torch.contiguous_format) for m in mus]
         new_nus = [n.clone(memory_format=torch.contiguous_format) for n in nus]
-    # Optax's corrections, in the leaves' dtype, against the kernel's float64 ones.
-    c1_optax = bb.bias_correction(b1, count_inc, gs).double()
-    c2_optax = bb.bias_correction(b2, count_inc, gs).double()
+    # Optax's corrections, in the leaves' (one) dtype, against the kernel's float64 ones.
+    c1_optax = bb.bias_correction(b1, count_inc, gs[:1]).double()
+    c2_optax = bb.bias_correction(b2, count_inc, gs[:1]).double()
     t = count_inc.double()
     c1_kernel, c2_kernel = 1 - b1 ** t, 1 - b2 ** t
     lr_leaves = torch.as_tensor(lr, dtype=dtype, device=count_inc.device).double()
