@@ -134,8 +134,7 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     hypers = (hp.b1, hp.b2, hp.eps, hp.eps_root)
     lr = None if terms is None else terms.learning_rate
     if (hp.nesterov or not all(map(bb.is_number, hypers))
-            or tm.is_recording(gs, mus, nus, params or [],
-                               lr if isinstance(lr, torch.Tensor) else [])):
+            or tm.is_recording(gs, mus, nus, lr if isinstance(lr, torch.Tensor) else [])):
         return "formula"
     dtypes = {g.dtype for g in gs}
     if (any(dtype.is_complex for dtype in dtypes) or not tm.same_dtypes(gs, mus)
@@ -154,10 +153,11 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     if (gs[0].dtype not in _KERNEL_DTYPES or torch.compiler.is_compiling()
             or not bb.is_zero(hp.eps_root)
             or not all(map(bb.is_number, (terms.weight_decay, terms.l2)))
-            or (mode == "pure" and not bb.is_zero(terms.l2))
-            or (params is None and (mode == "apply" or not bb.is_zero(terms.weight_decay)))):
+            or (mode == "pure" and not bb.is_zero(terms.l2))):
         return False
-    if params is not None and not tm.same_dtypes(gs, params):
+    reads_params = mode == "apply" or not bb.is_zero(terms.weight_decay)
+    if reads_params and (params is None or not tm.same_dtypes(gs, params)
+                         or tm.is_recording(params)):
         return False
     on_kernel_devices = all((g.is_cpu or g.is_cuda) and g.layout == torch.strided for g in gs)
     # Buffers written in place are read by the kernel as packed memory.
