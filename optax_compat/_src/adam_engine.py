@@ -137,13 +137,21 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
             or tm.is_recording(gs, mus, nus, lr if isinstance(lr, torch.Tensor) else [])):
         return "formula"
     dtypes = {g.dtype for g in gs}
-    if (any(dtype.is_complex for dtype in dtypes) or not tm.same_dtypes(gs, mus)
-            or not tm.same_dtypes(gs, nus)):
+    if any(dtype.is_complex for dtype in dtypes) or not all(
+            _same_dtypes(gs, dtypes, buffers) for buffers in (mus, nus)):
         return "formula"
     if (terms is not None and mode != "inplace" and len(dtypes) == 1
             and _kernel_fits(hp, gs, mus, nus, mode, terms, params)):
         return "kernel"
     return "foreach"
+
+
+def _same_dtypes(gs: tm.Leaves, dtypes: set[torch.dtype], others: tm.Leaves) -> bool:
+    """Whether ``others`` have the dtypes of ``gs`` (whose set of dtypes is ``dtypes``),
+    leaf by leaf (one set comparison when the leaves have one dtype)."""
+    if len(dtypes) == 1:
+        return {x.dtype for x in others} == dtypes
+    return tm.same_dtypes(gs, others)
 
 
 def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
@@ -156,7 +164,7 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
             or (mode == "pure" and not bb.is_zero(terms.l2))):
         return False
     reads_params = mode == "apply" or not bb.is_zero(terms.weight_decay)
-    if reads_params and (params is None or not tm.same_dtypes(gs, params)
+    if reads_params and (params is None or not _same_dtypes(gs, {gs[0].dtype}, params)
                          or tm.is_recording(params)):
         return False
     on_kernel_devices = all((g.is_cpu or g.is_cuda) and g.layout == torch.strided for g in gs)
