@@ -6,8 +6,9 @@ Run ``python benchmarks/bench_step.py`` for the full table, or e.g.
 Every implementation runs in this one process on the same parameter shapes, CPU, float32:
 
 * ``optax_compat``: the pure alias, ``update`` then ``apply_updates`` (new tensors each step);
-* ``optax_compat inplace``: the in-place path, ``optax_compat._src.fused`` for Adam/AdamW
-  (PyTorch's fused kernel on the alias's own state) and ``update(..., inplace=True)`` followed
+* ``optax_compat inplace``: the in-place path, the alias's whole in-place step
+  (``optax_compat.inplace_step``, PyTorch's fused kernel on the alias's own state) for
+  Adam/AdamW and ``update(..., inplace=True)`` followed
   by an in-place add for the others (shown only where the transforms accept ``inplace``);
 * ``torch.optim foreach`` / ``fused``: ``step()`` with the gradients already in ``.grad``;
 * ``torchopt``: TorchOpt 0.7.3 with ``inplace=True`` (only if it is importable);
@@ -35,7 +36,7 @@ import torch
 from _results import add_markdown_option, write_markdown
 
 import optax_compat
-from optax_compat._src import fused
+import torchopt_fn
 
 SIZES = {"a": (4_000_000, 100), "b": (1_000_000, 1000), "c": (32_000_000, 200)}
 OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adafactor")
@@ -92,10 +93,14 @@ def ours_inplace(name: str) -> Setup | None:
     if name in ("adam", "adamw"):
         def setup_fused(shapes: list[tuple[int, int]]) -> Step:
             params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-            optimizer = (fused.adam(LEARNING_RATE) if name == "adam"
-                         else fused.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY))
-            state = optimizer.init(params)
-            return lambda: optimizer.step(params, grads, state)
+            tx = optax_compat_alias(name)
+            step = optax_compat.inplace_step(tx)
+            current = {"state": tx.init(params)}
+
+            def run() -> None:
+                current["state"] = step(params, grads, current["state"])
+
+            return run
 
         return setup_fused
 
@@ -117,6 +122,61 @@ def ours_inplace(name: str) -> Setup | None:
         return step
 
     return setup
+
+
+def ours_update_inplace(name: str) -> Setup | None:
+    """``update(..., inplace=True)`` then an in-place add (the multi-tensor in-place path)."""
+    if name not in ("adam", "adamw"):
+        return None
+
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+        tx = optax_compat_alias(name)
+        current = {"state": tx.init(params)}
+        scratch = list(torch._foreach_mul(grads, 1.0))
+
+        def step() -> None:
+            updates, current["state"] = tx.update(scratch, current["state"], params,
+                                                  inplace=True)
+            torch._foreach_add_(params, updates)
+
+        step.prepare = lambda: torch._foreach_copy_(scratch, grads)  # type: ignore[attr-defined]
+        return step
+
+    return setup
+
+
+def torchopt_fn_optimizer(name: str, accelerated: bool) -> Setup | None:
+    """``torchopt_fn.Adam``/``AdamW`` (``use_accelerated_op``) ``step()`` with ``.grad`` set."""
+    if name not in ("adam", "adamw"):
+        return None
+
+    def setup(shapes: list[tuple[int, int]]) -> Step:
+        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+        if name == "adam":
+            optimizer = torchopt_fn.Adam(params, lr=LEARNING_RATE,
+                                         use_accelerated_op=accelerated)
+        else:
+            optimizer = torchopt_fn.AdamW(params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY,
+                                          use_accelerated_op=accelerated)
+
+        def prepare() -> None:
+            for param, grad in zip(params, grads):
+                param.grad = grad.clone()
+
+        step = optimizer.step
+        prepare()
+        return _with_prepare(lambda: step(), prepare)
+
+    return setup
+
+
+def _with_prepare(step: Callable[[], Any], prepare: Callable[[], None]) -> Step:
+    def run() -> None:
+        step()
+
+    run.prepare = prepare  # type: ignore[attr-defined]
+    return run
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,6 +287,9 @@ def implementations(name: str) -> list[tuple[str, Setup | None]]:
         ("torch.optim fused", torch_optim(name, "fused")),
         ("optax_compat", ours_pure(name)),
         ("optax_compat inplace", ours_inplace(name)),
+        ("optax_compat update(inplace)", ours_update_inplace(name)),
+        ("torchopt_fn.Adam", torchopt_fn_optimizer(name, False)),
+        ("torchopt_fn.Adam accel", torchopt_fn_optimizer(name, True)),
         ("torchopt", torchopt_step(name)),
         ("optax jit", optax_jit(name)),
     ]

@@ -261,6 +261,8 @@ from optax_compat.microbatching import microbatch
 
 # Line searches and L-BFGS ------------------------------------------------------------------------
 # isort: split
+# Beyond Optax: the whole in-place step of a transformation that has one (adam, adamw).
+from optax_compat._src.adam_engine import inplace_step
 from optax_compat._src.alias import lbfgs
 from optax_compat._src.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
 from optax_compat._src.linesearch import (

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from optax_compat._src import adam_kernel, base, factorized, transform
+from optax_compat._src import adam_engine, base, factorized, transform
+from optax_compat._src import building_blocks as bb
 from optax_compat._src import linesearch as _linesearch
 from optax_compat._src.lbfgs import scale_by_lbfgs
 from optax_compat.transforms import _accumulation, _adding, _clipping, _combining, _masking
@@ -269,16 +270,11 @@ def adam(
       >>> params["w"]
       tensor([ 0.7016, -1.7006])
     """
-    steps = _combining.chain(
-        transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
-                                nesterov=nesterov),
+    return _on_adam_engine(
+        adam_engine.AdamHyperParams(b1, b2, eps, eps_root, nesterov, mu_dtype),
+        adam_engine.AliasTerms(learning_rate),
         transform.scale_by_learning_rate(learning_rate),
     )
-    if learning_rate is not None and adam_kernel.applies(b1, b2, eps, eps_root, mu_dtype,
-                                                         nesterov):
-        # Same state and numbers, one pass over memory per step when the inputs allow it.
-        return adam_kernel.with_kernel_step(steps, learning_rate, b1, b2, eps)
-    return steps
 
 
 nadam = functools.partial(adam, nesterov=True)
@@ -351,16 +347,40 @@ def adamw(
       >>> params["w"]
       tensor([ 0.7016, -1.7006])
     """
-    steps = _combining.chain(
-        transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
-                                nesterov=nesterov),
+    return _on_adam_engine(
+        adam_engine.AdamHyperParams(b1, b2, eps, eps_root, nesterov, mu_dtype),
+        adam_engine.AliasTerms(learning_rate, weight_decay if mask is None else None),
         _adding.add_decayed_weights(weight_decay, mask),
         transform.scale_by_learning_rate(learning_rate),
     )
-    if learning_rate is not None and adam_kernel.applies(b1, b2, eps, eps_root, mu_dtype,
-                                                         nesterov, weight_decay, mask):
-        return adam_kernel.with_kernel_step(steps, learning_rate, b1, b2, eps, weight_decay)
-    return steps
+
+
+def _on_adam_engine(hp: adam_engine.AdamHyperParams, terms: adam_engine.AliasTerms,
+                    *after_adam: base.GradientTransformation
+                    ) -> base.GradientTransformationExtraArgs:
+    """``chain(scale_by_adam(hp), *after_adam)`` whose ``update`` lets the Adam engine run the
+    whole step on the fused kernel when it applies, with the whole in-place step attached
+    (see :func:`optax_compat.inplace_step`). The state is the chain's."""
+    steps = _combining.chain(adam_engine.scale_by_adam(hp), *after_adam)
+    if terms.learning_rate is None:
+        return steps
+
+    def with_params(update: Callable[..., Any]) -> Callable[..., Any]:
+        @bb.supports_inplace
+        def update_fn(updates: base.Updates, state: base.OptState,
+                      params: base.Params | None = None, *, inplace: bool = False,
+                      **extra_args: Any) -> tuple[base.Updates, base.OptState]:
+            del extra_args
+            return update(updates, state, params, inplace)
+
+        return update_fn
+
+    def chain_update(updates: base.Updates, state: base.OptState, params: base.Params | None,
+                     inplace: bool) -> tuple[base.Updates, base.OptState]:
+        return steps.update(updates, state, params, inplace=inplace)
+
+    return base.GradientTransformationExtraArgs(
+        steps.init, adam_engine.alias_update(hp, terms, chain_update, with_params))
 
 
 nadamw = functools.partial(adamw, nesterov=True)

@@ -14,6 +14,7 @@ import torch
 
 from optax_compat._src import building_blocks
 from optax_compat._src.building_blocks import inplace, tree_math
+from optax_compat._src.building_blocks.state import NO_PARAMS_MSG
 
 NO_PARAMS_MSG = building_blocks.NO_PARAMS_MSG
 

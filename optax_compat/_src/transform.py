@@ -33,9 +33,10 @@ The opt-in in-place path (TorchOpt's ``inplace=True``):
 
 Speed:
   On the CPU an out-of-place kernel over a large tensor costs mostly the fresh memory it
-  writes, so the hot transforms allocate as few buffers as they can. :func:`scale_by_adam`,
-  when nothing requires grad, hyperparameters are numbers, the moments have the updates'
-  dtypes and ``nesterov`` is off, allocates only its two new moments and one direction buffer
+  writes, so the hot transforms allocate as few buffers as they can. :func:`scale_by_adam`
+  (on the Adam engine, :mod:`optax_compat._src.adam_engine`), when nothing requires grad,
+  hyperparameters are numbers, the moments have the updates' dtypes and ``nesterov`` is off,
+  allocates only its two new moments and one direction buffer
   (nothing with ``inplace=True``); otherwise it follows Optax's formula operation for
   operation.
 
@@ -52,7 +53,7 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 
 import torch
 
-from optax_compat._src import base, numerics
+from optax_compat._src import adam_engine, base, numerics
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
@@ -466,55 +467,7 @@ def scale_by_stddev(
     return _with_extra_args(init_fn, update_fn)
 
 
-class ScaleByAdamState(NamedTuple):
-    """The state of Adam: the step count and the first and second moments."""
-
-    count: torch.Tensor  # 0-d int32
-    mu: base.Updates
-    nu: base.Updates
-
-
-def _lean_adam_applies(gs: Leaves, mus: Leaves, nus: Leaves, hyperparameters: tuple,
-                       nesterov: bool) -> bool:
-    """Whether :func:`_lean_adam_step` computes this step: real leaves, moments of the
-    updates' dtypes, numbers for hyperparameters and nothing for autograd to record."""
-    return (not nesterov and all(bb.is_number(h) for h in hyperparameters)
-            and tm.same_dtypes(gs, mus) and tm.same_dtypes(gs, nus)
-            and not any(map(torch.is_complex, gs)) and not tm.is_recording(gs, mus, nus))
-
-
-def _lean_adam_step(gs: Leaves, mus: Leaves, nus: Leaves, count_inc: torch.Tensor, b1: float,
-                    b2: float, eps: float, eps_root: float, inplace: bool) -> tuple:
-    """Adam's moments and direction with the fewest passes and allocations.
-
-    ``(m / c1) / (sqrt(v / c2 + eps_root) + eps)`` is evaluated as
-    ``(k * m) / (sqrt(v + eps_root * c2) + eps * sqrt(c2))`` with ``k = sqrt(c2) / c1``; the
-    bias corrections ``c1``, ``c2`` are 0-d tensors in the leaves' precision, as in Optax.
-    Only the new moments and one direction buffer are allocated; with ``inplace`` nothing is:
-    the moments are advanced in their buffers and the direction is built in the updates'.
-    (On the CPU a fresh buffer costs more than an extra in-place pass over it.)
-
-    Returns:
-      ``(directions, new_mus, new_nus)``.
-    """
-    new_mus = tm.lerp(mus, gs, 1 - b1, inplace=inplace)
-    new_nus = tm.mul_(nus, b2) if inplace else tm.mul(nus, b2)
-    tm.addcmul_(new_nus, gs, gs, 1 - b2)
-    first = bb.bias_correction(b1, count_inc, gs)
-    second = bb.bias_correction(b2, count_inc, gs)
-    root_second = torch.sqrt(second)
-    # In place, the updates' own buffers (no longer needed) receive the result.
-    denominators = tm.copy_(gs, new_nus) if inplace else None
-    if bb.is_zero(eps_root):
-        denominators = tm.sqrt_(denominators) if inplace else tm.sqrt(new_nus)
-    else:
-        shift = tm.scalar_like(eps_root * second, gs)
-        denominators = tm.sqrt_(tm.add_(denominators, shift) if inplace
-                                else tm.add(new_nus, shift))
-    tm.add_(denominators, tm.scalar_like(eps * root_second, gs))
-    # The direction is built in the denominator's buffer: 1 / d, then * m, then * k.
-    directions = tm.mul_(tm.reciprocal_(denominators), new_mus)
-    return tm.mul_(directions, tm.scalar_like(root_second / first, gs)), new_mus, new_nus
+ScaleByAdamState = adam_engine.ScaleByAdamState
 
 
 def scale_by_adam(
@@ -527,6 +480,9 @@ def scale_by_adam(
     nesterov: bool = False,
 ) -> base.GradientTransformationExtraArgs:
     """Scales updates by Adam's bias-corrected moments: ``m_hat / (sqrt(v_hat + eps_root) + eps)``.
+
+    Runs on the Adam engine (:mod:`optax_compat._src.adam_engine`), which picks the
+    multi-tensor path with the fewest passes when nothing is differentiated.
 
     Args:
       b1: decay of the first moment.
@@ -556,35 +512,8 @@ def scale_by_adam(
       >>> updates["w"]
       tensor([ 1.0000, -1.0000])
     """
-
-    def init_fn(params):
-        return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
-                                nu=bb.zeros(params))
-
-    @bb.supports_inplace
-
-    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
-        del params, extra_args
-        gs, spec = tm.float_leaves(updates)
-        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
-        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        count_inc = numerics.safe_increment(state.count)
-        if _lean_adam_applies(gs, mus, nus, (b1, b2, eps, eps_root), nesterov):
-            scaled, new_mus, new_nus = _lean_adam_step(gs, mus, nus, count_inc, b1, b2, eps,
-                                                       eps_root, inplace)
-        else:
-            moments = bb.update_moment(mus, gs, b1)
-            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
-            mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
-            nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-            scaled = bb.adam_ratio(mu_hats, nu_hats, eps, eps_root)
-            new_mus = bb.store(mus, tm.cast(moments, mu_dtype), inplace)
-            new_nus = bb.store(nus, [v.to(n.dtype) for v, n in zip(seconds, nus)], inplace)
-            scaled = bb.emit(gs, scaled, inplace)
-        return tm.unflatten(spec, scaled), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
-
-    return _with_extra_args(init_fn, update_fn)
+    return adam_engine.scale_by_adam(adam_engine.AdamHyperParams(
+        b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov, mu_dtype=mu_dtype))
 
 
 class ScaleByAmsgradState(NamedTuple):
@@ -778,12 +707,12 @@ def scale_by_lion(
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         fast = (bb.is_number(b1) and bb.is_number(b2) and tm.same_dtypes(mus, gs)
                 and not tm.is_recording(mus, gs))
-        # One-pass interpolations (``lerp``) when nothing is differentiated; ``mixed`` is a
-        # fresh buffer that the sign may then overwrite.
-        mixed = tm.lerp(mus, gs, 1 - b1) if fast else bb.update_moment(mus, gs, b1)
+        # ``mixed`` is a fresh buffer that the sign may then overwrite when nothing is
+        # differentiated.
+        mixed = bb.update_moment(mus, gs, b1)
         scaled = direction(mixed, inplace=fast)
         if fast:
-            new_mus = tm.lerp(mus, gs, 1 - b2, inplace=inplace)
+            new_mus = tm.moving_average(mus, gs, b2, inplace=inplace)
         else:
             new_mus = bb.store(mus, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype), inplace)
         return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByLionState(

@@ -210,10 +210,12 @@ def _fresh_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsLike,
                      backend: str = "inductor", extra_args: ExtraArgsLike = None,
                      rtol: float | None = None, atol: float | None = None) -> None:
-    """Checks that ``torch.compile(fullgraph=True)`` of one training step runs and matches eager.
+    """Checks that ``torch.compile`` of one training step has no graph break and matches eager.
 
-    The step is ``update`` followed by ``apply_updates``; a host synchronisation (``.item()``,
-    a Python ``if`` on a tensor) or an unsupported construct fails compilation.
+    The step is ``update`` followed by ``apply_updates``. ``torch._dynamo.explain`` must report
+    no graph break in it, and the step must compile and give the eager numbers both in the
+    default mode and with ``fullgraph=True``: a host synchronisation (``.item()``, a Python
+    ``if`` on a tensor) or an unsupported construct fails the check.
 
     Args:
       tx: the transformation under test.
@@ -225,7 +227,8 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
       atol: absolute tolerance against eager; by default ten times the dtype's usual one.
 
     Raises:
-      AssertionError: with the compiler's reason, or naming the first path that differs.
+      AssertionError: with the compiler's reason or the graph breaks, or naming the first path
+        that differs.
     """
     state, grad, kwargs = tx.init(params), grads_at(grads, 0), extra_args_at(extra_args, 0)
 
@@ -235,15 +238,31 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
     # Each run gets its own copy of the inputs, so that a transformation that mutates them is
     # reported by check_pure and not as a compilation mismatch.
     eager = step(*_cloned((params, state, grad)))
-    compiled_step = torch.compile(_fresh_function(step), fullgraph=True, backend=backend)
+    torch._dynamo.reset()
     try:
-        compiled = compiled_step(*_cloned((params, state, grad)))
-    except Exception as error:  # Dynamo and Inductor raise many types
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise AssertionError(f"torch.compile(fullgraph=True) of one step failed: "
-                             f"{type(error).__name__}: {reason}") from error
+        explained = torch._dynamo.explain(_fresh_function(step))(*_cloned((params, state, grad)))
+    except Exception as error:  # Dynamo raises many types
+        raise AssertionError(f"torch._dynamo.explain of one step failed: "
+                             f"{type(error).__name__}: {_first_line(error)}") from error
+    if explained.graph_break_count:
+        reasons = "; ".join(str(b.reason).splitlines()[0] for b in explained.break_reasons)
+        raise AssertionError(f"{explained.graph_break_count} graph break(s) in one step: "
+                             f"{reasons}")
     dtype = tree_math.widest_real_dtype(tree_math.leaves(params))
-    assert_trees_all_close(
-        compiled, eager, rtol=10 * RTOL.get(dtype, 1e-5) if rtol is None else rtol,
-        atol=10 * ATOL.get(dtype, 1e-6) if atol is None else atol,
-        what="compiled (params, updates, state)")
+    for fullgraph in (False, True):
+        torch._dynamo.reset()
+        compiled_step = torch.compile(_fresh_function(step), fullgraph=fullgraph,
+                                      backend=backend)
+        try:
+            compiled = compiled_step(*_cloned((params, state, grad)))
+        except Exception as error:  # Dynamo and Inductor raise many types
+            raise AssertionError(f"torch.compile(fullgraph={fullgraph}) of one step failed: "
+                                 f"{type(error).__name__}: {_first_line(error)}") from error
+        assert_trees_all_close(
+            compiled, eager, rtol=10 * RTOL.get(dtype, 1e-5) if rtol is None else rtol,
+            atol=10 * ATOL.get(dtype, 1e-6) if atol is None else atol,
+            what=f"compiled (fullgraph={fullgraph}) (params, updates, state)")
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else ""

@@ -1,9 +1,10 @@
 """Which fast path Adam runs on (``torchopt.accelerated_op``).
 
 TorchOpt 0.7.3 ships its own compiled Adam kernel, used with ``use_accelerated_op=True``. Here
-that flag selects PyTorch's fused Adam/AdamW kernel (``torch._fused_adamw_``, through
-:mod:`optax_compat._src.fused`) for the in-place steps of :class:`torchopt_fn.Adam` and
-:class:`torchopt_fn.AdamW`. Every other step, and every differentiable one, runs on the
+that flag selects PyTorch's fused Adam/AdamW kernel (``torch._fused_adam_``/``_fused_adamw_``,
+through ``optax_compat``'s Adam engine) for the in-place steps of :class:`torchopt_fn.Adam` and
+:class:`torchopt_fn.AdamW`, and TorchOpt's backward (0 where the first moment is 0) for
+differentiable ones. Every other step, and every differentiable one, runs on the
 multi-tensor ``torch._foreach_*`` kernels of :mod:`optax_compat`. :func:`is_available` tells
 whether the fused kernel runs on the given devices; :func:`fast_path` names the path.
 """
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
-from optax_compat._src import fused
+from optax_compat._src import adam_engine
 from torchopt_fn.accelerated_op.adam_op import AdamOp
 from torchopt_fn.typing import Device
 
@@ -34,10 +35,11 @@ def _fused_adam_runs_on(device: torch.device) -> bool:
     """Whether one fused Adam step on a small tensor succeeds on ``device``."""
     if device.type == "cuda" and not torch.cuda.is_available():
         return False
+    ones = [torch.ones(2, device=device) for _ in range(4)]
     try:
-        params = (torch.ones(2, device=device),)
-        optimizer = fused.adam(1e-3)
-        optimizer.step(params, (torch.ones(2, device=device),), optimizer.init(params))
+        adam_engine.step("kernel", adam_engine.AdamHyperParams(),
+                         torch.ones([], dtype=torch.int32, device=device), ones[:1], ones[1:2],
+                         ones[2:3], "apply", adam_engine.AliasTerms(1e-3), ones[3:], 1e-3)
     except (RuntimeError, NotImplementedError):
         return False
     return True

@@ -1,10 +1,10 @@
-"""TorchOpt's ``AdamOp``: one Adam step on one tensor, on ``optax_compat``'s ``scale_by_adam``."""
+"""TorchOpt's ``AdamOp``: one Adam step on one tensor, on ``optax_compat``'s Adam engine."""
 
 from __future__ import annotations
 
 import torch
 
-from optax_compat._src import transform as optax_transform
+from optax_compat._src import adam_engine
 
 __all__ = ["AdamOp"]
 
@@ -12,9 +12,9 @@ __all__ = ["AdamOp"]
 class AdamOp:
     """Adam's moment updates and rescaling of a single tensor (TorchOpt's operator interface).
 
-    TorchOpt implements this with a compiled kernel; here it is one step of
-    :func:`optax_compat.scale_by_adam` (multi-tensor kernels, differentiable when
-    ``inplace=False``).
+    TorchOpt implements this with a compiled kernel; here it is one step of the Adam engine
+    (multi-tensor kernels, differentiable when ``inplace=False``, with the accelerated op's
+    backward: 0 where the new first moment is 0).
     """
 
     def __init__(self, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
@@ -29,8 +29,8 @@ class AdamOp:
           inplace: write the new moments into ``mu`` and ``nu`` (and may reuse ``updates``).
         """
         self.b1, self.b2, self.eps, self.eps_root, self.inplace = b1, b2, eps, eps_root, inplace
-        self._scale_by_adam = optax_transform.scale_by_adam(b1=b1, b2=b2, eps=eps,
-                                                            eps_root=eps_root)
+        self._scale_by_adam = adam_engine.scale_by_adam(adam_engine.AdamHyperParams(
+            b1, b2, eps, eps_root, zero_where_mu_zero=True))
 
     def __call__(self, mu: torch.Tensor, nu: torch.Tensor, updates: torch.Tensor | None,
                  count: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
@@ -42,7 +42,7 @@ class AdamOp:
         if updates is None:
             return mu, nu, None
         previous = torch.as_tensor(count, dtype=torch.int32, device=updates.device) - 1
-        state = optax_transform.ScaleByAdamState(count=previous, mu=mu, nu=nu)
+        state = adam_engine.ScaleByAdamState(count=previous, mu=mu, nu=nu)
         new_updates, new_state = self._scale_by_adam.update(updates, state,
                                                             inplace=self.inplace)
         return new_state.mu, new_state.nu, new_updates

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from optax_compat._src.adam_engine import AliasTerms
 from torchopt_fn.alias.utils import (
     check_learning_rate,
     flip_sign_and_add_weight_decay,
+    on_adam_engine,
     scale_by_neg_lr,
     tag_alias_steps,
 )
@@ -46,10 +48,15 @@ def adamw(lr: ScalarOrSchedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999)
     check_learning_rate(lr)
     scaler = scale_by_accelerated_adam if use_accelerated_op else scale_by_adam
     b1, b2 = betas
-    return tag_alias_steps("adamw", chain(
+    tx = tag_alias_steps("adamw", chain(
         flip_sign_and_add_weight_decay(weight_decay=0.0, maximize=maximize),
         scaler(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                moment_requires_grad=moment_requires_grad),
         add_decayed_weights(weight_decay=weight_decay, mask=mask),
         scale_by_neg_lr(lr),
     ))
+    if not use_accelerated_op:
+        return tx
+    # The accelerated op: whole steps on PyTorch's fused kernel where it applies.
+    return on_adam_engine(tx, b1, b2, eps, eps_root, AliasTerms(
+        lr, weight_decay=weight_decay if mask is None else None, l2=0.0, maximize=maximize))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
+from optax_compat._src import adam_engine
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
@@ -12,7 +16,7 @@ from torchopt_fn.transform import scale, scale_by_schedule
 from torchopt_fn.typing import Numeric, OptState, Params, ScalarOrSchedule, Updates
 
 __all__ = ["flip_sign_and_add_weight_decay", "scale_by_neg_lr", "tag_alias_steps",
-           "check_learning_rate"]
+           "check_learning_rate", "on_adam_engine"]
 
 
 def check_learning_rate(lr: ScalarOrSchedule) -> None:
@@ -110,3 +114,25 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
         return new_updates, new_state
 
     return GradientTransformation(tx.init, update_fn)
+
+
+def on_adam_engine(tx: GradientTransformation, b1: float, b2: float, eps: float, eps_root: float,
+                   terms: adam_engine.AliasTerms) -> GradientTransformation:
+    """``tx``, an Adam alias's chain, with an ``update`` that lets the Adam engine run the whole
+    alias on PyTorch's fused kernel when it applies, and the whole in-place step attached
+    (:func:`optax_compat.inplace_step`, used by :class:`torchopt_fn.Optimizer`)."""
+    hp = adam_engine.AdamHyperParams(b1, b2, eps, eps_root)
+
+    def with_params(update: Callable[..., Any]) -> Callable[..., Any]:
+        def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
+                      inplace: bool = True) -> tuple[Updates, OptState]:
+            return update(updates, state, params, inplace)
+
+        return update_fn
+
+    def chain_update(updates: Updates, state: OptState, params: Params | None,
+                     inplace: bool) -> tuple[Updates, OptState]:
+        return tx.update(updates, state, params=params, inplace=inplace)
+
+    return GradientTransformation(
+        tx.init, adam_engine.alias_update(hp, terms, chain_update, with_params))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from optax_compat._src import fused
+from optax_compat import inplace_step
 from torchopt_fn import alias
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.optim.base import HyperparameterOptimizer, StepFn
@@ -19,9 +19,9 @@ class Adam(HyperparameterOptimizer):
 
     See :func:`torchopt_fn.adam` for the arguments; the numeric ones are entries of every
     parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change.
-    With ``use_accelerated_op=True`` (and no weight decay, ``maximize`` or ``eps_root``) each
-    step runs PyTorch's fused Adam kernel in place (:func:`optax_compat._src.fused.adam`), on
-    the same state.
+    With ``use_accelerated_op=True`` (and no ``eps_root``) each step runs PyTorch's fused Adam
+    kernel in place, on the same state (the alias's whole in-place step,
+    :func:`optax_compat.inplace_step`).
     """
 
     def __init__(
@@ -43,8 +43,4 @@ class Adam(HyperparameterOptimizer):
 
     def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
         impl = alias.adam(**arguments, moment_requires_grad=False)
-        if not (arguments["use_accelerated_op"] and arguments["weight_decay"] == 0.0
-                and not arguments["maximize"] and arguments["eps_root"] == 0.0):
-            return impl, None
-        b1, b2 = arguments["betas"]
-        return impl, fused.adam(arguments["lr"], b1, b2, arguments["eps"]).step
+        return impl, inplace_step(impl)

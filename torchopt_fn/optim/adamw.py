@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from optax_compat._src import fused
+from optax_compat import inplace_step
 from torchopt_fn import alias
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.optim.base import HyperparameterOptimizer, StepFn
@@ -19,9 +19,9 @@ class AdamW(HyperparameterOptimizer):
 
     See :func:`torchopt_fn.adamw` for the arguments; the numeric ones are entries of every
     parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change
-    (``mask`` is fixed). With ``use_accelerated_op=True`` (and no ``maximize`` or ``eps_root``)
-    each step runs PyTorch's fused AdamW kernel in place
-    (:func:`optax_compat._src.fused.adamw`), on the same state.
+    (``mask`` is fixed). With ``use_accelerated_op=True`` (and no ``eps_root``) each step runs
+    PyTorch's fused AdamW kernel in place, on the same state (the alias's whole in-place step,
+    :func:`optax_compat.inplace_step`).
     """
 
     def __init__(
@@ -44,10 +44,4 @@ class AdamW(HyperparameterOptimizer):
 
     def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
         impl = alias.adamw(**arguments, moment_requires_grad=False)
-        if not (arguments["use_accelerated_op"] and not arguments["maximize"]
-                and arguments["eps_root"] == 0.0):
-            return impl, None
-        b1, b2 = arguments["betas"]
-        return impl, fused.adamw(arguments["lr"], b1, b2, arguments["eps"],
-                                 weight_decay=arguments["weight_decay"],
-                                 mask=arguments["mask"]).step
+        return impl, inplace_step(impl)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 import optax_compat._src.base as optax_base
+from optax_compat import inplace_step
 from optax_compat._src.building_blocks import tree_math
 from optax_compat._src.torch_optimizer import TorchOptimizer
 from torchopt_fn.base import GradientTransformation
@@ -69,6 +70,7 @@ class Optimizer(TorchOptimizer):
           TypeError: if ``impl`` is not a gradient transformation.
         """
         self.impl: GradientTransformation = as_transformation(impl)
+        self._inplace_step = inplace_step(self.impl)
         super().__init__(params, to_optax(self.impl), inplace=True)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -98,10 +100,11 @@ class Optimizer(TorchOptimizer):
         """The transformation of ``group`` and an in-place step replacing it (or ``None``).
 
         The step, ``step(params, grads, state) -> state``, does the whole update in place on
-        the same state (the fused Adam kernels of :mod:`optax_compat._src.fused`).
+        the same state: the transformation's own whole step (:func:`optax_compat.inplace_step`,
+        the fused Adam kernels), when it has one.
         """
         del group
-        return self.tx, None
+        return self.tx, self._inplace_step
 
     def _transformation(self, group: Mapping[str, Any]) -> Any:
         return self._step_functions(group)[0]

@@ -5,7 +5,7 @@ TorchOpt's Adam numerics are Optax's: ``m_hat / (sqrt(v_hat + eps_root) + eps)``
 
 from __future__ import annotations
 
-from optax_compat._src import transform as optax_transform
+from optax_compat._src import adam_engine
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
 
@@ -39,9 +39,15 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
     Returns:
       A :class:`GradientTransformation` with ``optax_compat``'s ``ScaleByAdamState``.
     """
-    _check_adam_arguments(b1, b2, eps)
-    tx = from_optax(optax_transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root))
-    return with_moment_requires_grad(tx, moment_requires_grad)
+    return _on_engine(adam_engine.AdamHyperParams(b1, b2, eps, eps_root),
+                      moment_requires_grad)
+
+
+def _on_engine(hp: adam_engine.AdamHyperParams,
+               moment_requires_grad: bool) -> GradientTransformation:
+    _check_adam_arguments(hp.b1, hp.b2, hp.eps)
+    return with_moment_requires_grad(from_optax(adam_engine.scale_by_adam(hp)),
+                                     moment_requires_grad)
 
 
 def scale_by_accelerated_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
@@ -49,10 +55,12 @@ def scale_by_accelerated_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1
                               moment_requires_grad: bool = False) -> GradientTransformation:
     """Adam's rescaling for ``use_accelerated_op=True`` (see :mod:`torchopt_fn.accelerated_op`).
 
-    TorchOpt ships a C++/CUDA kernel for this transformation. Here it is :func:`scale_by_adam`,
-    which already runs on multi-tensor ``torch._foreach_*`` kernels and stays differentiable;
-    the fused kernel, which updates parameters in place and has no backward, is used by the
-    in-place steps of :class:`torchopt_fn.Adam` and :class:`torchopt_fn.AdamW`.
+    The numbers of :func:`scale_by_adam`, on the same Adam engine, with the backward of
+    TorchOpt's accelerated op: the update and its gradient are 0 where the new first moment is
+    0, so meta-gradients stay finite at ``eps_root=0`` on units whose gradient is always 0
+    (where ``d sqrt(nu) / d nu`` is infinite). The whole in-place step of
+    :class:`torchopt_fn.Adam`/:class:`torchopt_fn.AdamW` runs PyTorch's fused kernel.
     """
-    return scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
-                         moment_requires_grad=moment_requires_grad)
+    return _on_engine(adam_engine.AdamHyperParams(b1, b2, eps, eps_root,
+                                                  zero_where_mu_zero=True),
+                      moment_requires_grad)

@@ -17,6 +17,7 @@ import torch
 
 import optax_compat._src.base as optax_base
 from optax_compat._src import building_blocks as bb
+from optax_compat._src.adam_engine import inplace_step
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms._combining import chain as optax_chain
 from torchopt_fn.base import GradientTransformation
@@ -54,6 +55,9 @@ def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
                   inplace: bool = True) -> tuple[Updates, OptState]:
         return extra_args_tx.update(updates, state, params, inplace=inplace)
 
+    whole_step = inplace_step(tx)
+    if whole_step is not None:  # same state: the whole in-place step carries over
+        update_fn.apply_step = whole_step  # type: ignore[attr-defined]
     return GradientTransformation(tx.init, update_fn)
 
 

@@ -147,20 +147,23 @@ def check_same_structure(expected: Any, actual: Any, what: str) -> None:
 # Scalars.
 
 
-def _operand(scalar: ScalarOrLeaves, xs: Leaves) -> Any:
+def _operand(scalar: ScalarOrLeaves, xs: Leaves, tensor_scalar: bool = False) -> Any:
     """Turns ``scalar`` into an argument every ``torch._foreach_*`` binary op with ``xs`` accepts.
 
     A 0-d tensor scalar of another dtype than a 0-d leaf is cast to each leaf's dtype: torch
     promotes two 0-d tensors to the wider dtype, so that leaf alone would change dtype while
     every larger leaf keeps its own. A 0-d tensor that requires grad is repeated into a list:
     the foreach kernels that take a single tensor scalar have no backward formula, while the
-    list form does.
+    list form does. Only ``mul`` and ``div`` (``tensor_scalar``) take a 0-d tensor scalar
+    on the device; the other foreach kernels read it on the host (``.item()``, a device
+    synchronisation, a graph break under ``torch.compile`` and an error on ``meta`` tensors),
+    so they get the list form too.
     """
     if not isinstance(scalar, torch.Tensor):
         return scalar
     if any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
         return [scalar.to(x.dtype) for x in xs]
-    if scalar.requires_grad:
+    if scalar.requires_grad or not tensor_scalar:
         return [scalar] * len(xs)
     return scalar
 
@@ -187,14 +190,14 @@ def mul(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x * y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_mul(xs, _operand(ys, xs)))
+    return list(torch._foreach_mul(xs, _operand(ys, xs, tensor_scalar=True)))
 
 
 def div(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x / y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_div(xs, _operand(ys, xs)))
+    return list(torch._foreach_div(xs, _operand(ys, xs, tensor_scalar=True)))
 
 
 def add_scaled(xs: Leaves, scale: ScalarOrLeaves, ys: Leaves) -> Leaves:
@@ -409,7 +412,7 @@ def add_scaled_(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
 def mul_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x * y`` into each ``x``; the in-place twin of :func:`mul`."""
     if xs:
-        torch._foreach_mul_(xs, _operand(ys, xs))
+        torch._foreach_mul_(xs, _operand(ys, xs, tensor_scalar=True))
     return xs
 
 
@@ -528,17 +531,19 @@ def clone(xs: Leaves) -> Leaves:
     return [x.clone() for x in xs]
 
 
-def lerp(starts: Leaves, ends: Leaves, weight: float, *, inplace: bool = False) -> Leaves:
-    """``start + weight * (end - start)`` per leaf, one pass (``torch._foreach_lerp``).
+def moving_average(moments: Leaves, values: Leaves, decay: float, *,
+                   inplace: bool = False) -> Leaves:
+    """``decay * moment + (1 - decay) * value`` per leaf, written into ``moments`` if ``inplace``.
 
-    With ``inplace`` the result is written into ``starts``; both forms run the same kernel.
+    The moments are scaled, then the values added: both forms run the same kernels, so they
+    give the same bits. Not ``lerp``: an infinite moment stays infinite at the next finite
+    value, as with Optax's ``(1 - decay) * value + decay * moment``.
     """
-    if not starts:
-        return starts
-    if inplace:
-        torch._foreach_lerp_(starts, ends, weight)
-        return starts
-    return list(torch._foreach_lerp(starts, ends, weight))
+    if not moments:
+        return moments
+    scaled = mul_(moments, decay) if inplace else mul(moments, decay)
+    torch._foreach_add_(scaled, values, alpha=1 - decay)
+    return scaled
 
 
 def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:

@@ -1,0 +1,451 @@
+"""The Adam engine: one place that plans how an Adam step runs, and one step function.
+
+Every Adam in the project runs here: :func:`optax_compat.scale_by_adam`, the
+:func:`optax_compat.adam`/:func:`optax_compat.adamw` aliases (pure, ``inplace=True`` and the
+whole in-place step returned by :func:`inplace_step`), and ``torchopt_fn``'s ``adam``/``adamw``
+aliases, ``Adam``/``AdamW``/``MetaAdam`` and accelerated op. :func:`plan` picks one of three
+paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
+
+``"formula"``
+  Optax's expression operation by operation (building blocks only): every dtype, complex
+  leaves, ``mu_dtype``, Nesterov, tensor hyper-parameters, and anything autograd records.
+``"foreach"``
+  The same numbers with the fewest passes and allocations, when nothing is recorded:
+  ``(m / c1) / (sqrt(v / c2 + eps_root) + eps)`` is evaluated as
+  ``(k * m) / (sqrt(v + eps_root * c2) + eps * sqrt(c2))`` with ``k = sqrt(c2) / c1``. With
+  ``inplace`` nothing is allocated (the moments advance in their buffers, the direction is
+  built in the incoming updates'). This is the path ``torch.compile`` traces and the one for
+  ``meta`` tensors.
+``"kernel"``
+  PyTorch's fused kernel (``torch._fused_adam_``/``_fused_adamw_``): one pass per tensor for a
+  whole ``adam``/``adamw`` step, either pure (the kernel writes into fresh copies of the
+  moments and into a zeroed buffer that becomes the updates) or the whole step in place
+  (params and moments written). It reads its inputs as packed memory, so grads are made
+  contiguous (a copy only when they are not) and buffers it writes in place must be
+  contiguous; CPU or CUDA, float32 or float64, one dtype, eager mode, ``eps_root == 0``.
+
+Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
+an infinite moment into NaN at the next finite gradient), except inside the fused kernel, whose
+first moment is a ``lerp``: after an infinite gradient its ``mu`` holds NaN where Optax's holds
+inf (the parameters, NaN in both, agree).
+
+Nothing reads a tensor on the host: the step count stays a tensor. The kernel forms its bias
+corrections ``c = 1 - b ** t`` in float64 where Optax uses the leaves' dtype (``1 - 0.999 ** t``
+in float32 is ~1e-5 off for small ``t``), so the learning rate handed to it (a tensor computed
+on the device) is ``lr * c1_kernel * sqrt(c2_optax) / (c1_optax * sqrt(c2_kernel))``: the
+kernel then evaluates Optax's ``m / c1 / (sqrt(v / c2) + eps')`` with
+``eps' = eps * sqrt(c2_kernel / c2_optax)``, a relative difference of at most
+``|1 - sqrt(c2_kernel / c2_optax)|`` (~7e-6 at step 1 in float32) in the ``eps`` term alone,
+visible only where ``|g| ~ eps``. AdamW's decoupled decay is scaled by that same learning rate,
+off from Optax's by the same ratio (``wd * |p|`` times ~7e-6 at step 1, 0 in float64).
+
+References:
+  Kingma et al, `Adam: A Method for Stochastic Optimization
+  <https://arxiv.org/abs/1412.6980>`_, 2014.
+
+  Loshchilov et al, `Decoupled Weight Decay Regularization
+  <https://arxiv.org/abs/1711.05101>`_, 2019.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, Optional
+
+import torch
+
+from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
+
+Path = Literal["formula", "foreach", "kernel"]
+Mode = Literal["pure", "inplace", "apply"]
+StepFn = Callable[[base.Params, base.Updates, base.OptState], base.OptState]
+
+_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+class ScaleByAdamState(NamedTuple):
+    """The state of Adam: the step count and the first and second moments."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
+
+
+class AdamHyperParams(NamedTuple):
+    """What defines one Adam step.
+
+    Attributes:
+      b1: decay of the first moment.
+      b2: decay of the second moment.
+      eps: added to the denominator outside the square root.
+      eps_root: added to the second moment inside the square root.
+      nesterov: Nesterov's look-ahead first moment (NAdam).
+      mu_dtype: dtype of the first moment (``None``: that of the params).
+      zero_where_mu_zero: TorchOpt's accelerated op: the direction (and its gradient) is 0
+        where the new first moment is 0, which keeps meta-gradients finite at ``eps_root=0``.
+    """
+
+    b1: Any = 0.9
+    b2: Any = 0.999
+    eps: Any = 1e-8
+    eps_root: Any = 0.0
+    nesterov: bool = False
+    mu_dtype: Optional[torch.dtype] = None
+    zero_where_mu_zero: bool = False
+
+
+class AliasTerms(NamedTuple):
+    """The terms a whole ``adam``/``adamw`` alias adds around Adam's direction.
+
+    The update is ``-lr * (direction + weight_decay * params)``; ``l2`` is TorchOpt's coupled
+    decay (``g + l2 * params`` before the moments) and ``maximize`` its sign flip of ``g``.
+    A ``weight_decay`` the kernel cannot express (a masked one, a schedule) is given as is or
+    as ``None``: such steps run through the chain.
+    """
+
+    learning_rate: base.ScalarOrSchedule
+    weight_decay: Any = 0.0
+    l2: Any = 0.0
+    maximize: bool = False
+
+
+def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mode: Mode,
+         terms: Optional[AliasTerms] = None, params: Optional[tm.Leaves] = None) -> Path:
+    """The path of one step.
+
+    Args:
+      hp: the hyper-parameters.
+      gs: the incoming updates' leaves.
+      mus: the first-moment buffers.
+      nus: the second-moment buffers.
+      mode: ``"pure"`` (new tensors), ``"inplace"`` (``update(..., inplace=True)``: state
+        buffers and incoming updates reused) or ``"apply"`` (the whole step written into the
+        params and the state).
+      terms: the alias's learning rate and decay, when the step is a whole alias's; the
+        kernel runs only for those.
+      params: the params' leaves (read for a decay, written in ``"apply"`` mode).
+
+    Returns:
+      ``"formula"``, ``"foreach"`` or ``"kernel"`` (see the module's docstring).
+    """
+    hypers = (hp.b1, hp.b2, hp.eps, hp.eps_root)
+    lr = None if terms is None else terms.learning_rate
+    if (hp.nesterov or not all(map(bb.is_number, hypers))
+            or tm.is_recording(gs, mus, nus, lr if isinstance(lr, torch.Tensor) else [])):
+        return "formula"
+    dtypes = {g.dtype for g in gs}
+    if any(dtype.is_complex for dtype in dtypes) or not all(
+            _same_dtypes(gs, dtypes, buffers) for buffers in (mus, nus)):
+        return "formula"
+    if (terms is not None and mode != "inplace" and len(dtypes) == 1
+            and _kernel_fits(hp, gs, mus, nus, mode, terms, params)):
+        return "kernel"
+    return "foreach"
+
+
+def _same_dtypes(gs: tm.Leaves, dtypes: set[torch.dtype], others: tm.Leaves) -> bool:
+    """Whether ``others`` have the dtypes of ``gs`` (whose set of dtypes is ``dtypes``),
+    leaf by leaf (one set comparison when the leaves have one dtype)."""
+    if len(dtypes) == 1:
+        return {x.dtype for x in others} == dtypes
+    return tm.same_dtypes(gs, others)
+
+
+def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
+                 mode: Mode, terms: AliasTerms, params: Optional[tm.Leaves]) -> bool:
+    """Whether the fused kernel computes this step, whose leaves have one dtype (see the
+    module's docstring)."""
+    if (gs[0].dtype not in _KERNEL_DTYPES or torch.compiler.is_compiling()
+            or not bb.is_zero(hp.eps_root)
+            or not all(map(bb.is_number, (terms.weight_decay, terms.l2)))
+            or (mode == "pure" and not bb.is_zero(terms.l2))):
+        return False
+    reads_params = mode == "apply" or not bb.is_zero(terms.weight_decay)
+    if reads_params and (params is None or not _same_dtypes(gs, {gs[0].dtype}, params)
+                         or tm.is_recording(params)):
+        return False
+    on_kernel_devices = all((g.is_cpu or g.is_cuda) and g.layout == torch.strided for g in gs)
+    # Buffers written in place are read by the kernel as packed memory.
+    written = (*mus, *nus, *params) if mode == "apply" and params is not None else ()
+    return on_kernel_devices and all(x.is_contiguous() for x in written)
+
+
+def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
+         nus: tm.Leaves, mode: Mode, terms: Optional[AliasTerms] = None,
+         params: Optional[tm.Leaves] = None,
+         lr: Optional[Any] = None) -> tuple[Optional[tm.Leaves], tm.Leaves, tm.Leaves]:
+    """Runs one Adam step on the path :func:`plan` chose.
+
+    Args:
+      path: from :func:`plan`.
+      hp: the hyper-parameters.
+      count_inc: the step count of this step, from 1 (a 0-d int32 tensor; never read on the
+        host).
+      gs: the incoming updates' leaves.
+      mus: the first-moment buffers.
+      nus: the second-moment buffers.
+      mode: as for :func:`plan`.
+      terms: the alias's terms, on the ``"kernel"`` path.
+      params: the params' leaves, on the ``"kernel"`` path when it decays or applies.
+      lr: the learning rate's value at this step, on the ``"kernel"`` path.
+
+    Returns:
+      ``(out, new_mus, new_nus)``: ``out`` is Adam's direction on the ``"formula"`` and
+      ``"foreach"`` paths, the alias's updates on the pure ``"kernel"`` path, ``None`` when
+      the step was applied to ``params``.
+    """
+    inplace = mode != "pure"
+    if path == "kernel":
+        assert terms is not None
+        return _kernel(hp, count_inc, gs, mus, nus, mode == "apply", terms, params, lr)
+    if path == "foreach":
+        return _foreach(hp, count_inc, gs, mus, nus, inplace)
+    return _formula(hp, count_inc, gs, mus, nus, inplace)
+
+
+def _formula(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
+             nus: tm.Leaves, inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
+    """Optax's expression, operation by operation (differentiable)."""
+    moments = bb.update_moment(mus, gs, hp.b1)
+    seconds = bb.update_moment(nus, tm.abs_sq(gs), hp.b2)
+    mu_hats = bb.first_moment(moments, gs, hp.b1, count_inc, hp.nesterov)
+    nu_hats = bb.debias(seconds, bb.bias_correction(hp.b2, count_inc, seconds))
+    if hp.zero_where_mu_zero:
+        dead = [m == 0 for m in moments]
+        nu_hats = [torch.where(d, torch.ones_like(n), n) for d, n in zip(dead, nu_hats)]
+        scaled = bb.adam_ratio(mu_hats, nu_hats, hp.eps, hp.eps_root)
+        scaled = [torch.where(d, torch.zeros_like(s), s) for d, s in zip(dead, scaled)]
+    else:
+        _watch_meta_gradients(nu_hats)
+        scaled = bb.adam_ratio(mu_hats, nu_hats, hp.eps, hp.eps_root)
+    new_mus = bb.store(mus, tm.cast(moments, hp.mu_dtype), inplace)
+    new_nus = bb.store(nus, [v.to(n.dtype) for v, n in zip(seconds, nus)], inplace)
+    return bb.emit(gs, scaled, inplace), new_mus, new_nus
+
+
+def _foreach(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
+             nus: tm.Leaves, inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
+    """The same numbers with the fewest passes and allocations (nothing is recorded)."""
+    b1, b2, eps, eps_root = hp.b1, hp.b2, hp.eps, hp.eps_root
+    new_mus = tm.moving_average(mus, gs, b1, inplace=inplace)
+    new_nus = tm.mul_(nus, b2) if inplace else tm.mul(nus, b2)
+    tm.addcmul_(new_nus, gs, gs, 1 - b2)
+    first = bb.bias_correction(b1, count_inc, gs)
+    second = bb.bias_correction(b2, count_inc, gs)
+    root_second = torch.sqrt(second)
+    # In place, the updates' own buffers (no longer needed) receive the result.
+    denominators = tm.copy_(gs, new_nus) if inplace else None
+    if bb.is_zero(eps_root):
+        denominators = tm.sqrt_(denominators) if inplace else tm.sqrt(new_nus)
+    else:
+        shift = tm.scalar_like(eps_root * second, gs)
+        denominators = tm.sqrt_(tm.add_(denominators, shift) if inplace
+                                else tm.add(new_nus, shift))
+    tm.add_(denominators, tm.scalar_like(eps * root_second, gs))
+    # The direction is built in the denominator's buffer: 1 / d, then * m, then * k.
+    directions = tm.mul_(tm.reciprocal_(denominators), new_mus)
+    return tm.mul_(directions, tm.scalar_like(root_second / first, gs)), new_mus, new_nus
+
+
+def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
+            nus: tm.Leaves, apply: bool, terms: AliasTerms, params: Optional[tm.Leaves],
+            lr: Any) -> tuple[Optional[tm.Leaves], tm.Leaves, tm.Leaves]:
+    """A whole ``adam``/``adamw`` step on the fused kernel (see the module's docstring)."""
+    b1, b2 = hp.b1, hp.b2
+    dtype = gs[0].dtype
+    grads = [g.resolve_neg().contiguous() for g in gs]
+    if apply:
+        assert params is not None
+        targets, new_mus, new_nus = params, mus, nus
+    else:
+        targets = [torch.zeros(g.shape, dtype=dtype, device=g.device) for g in grads]
+        new_mus = [m.clone(memory_format=torch.contiguous_format) for m in mus]
+        new_nus = [n.clone(memory_format=torch.contiguous_format) for n in nus]
+    # Optax's corrections, in the leaves' (one) dtype, against the kernel's float64 ones.
+    c1_optax = bb.bias_correction(b1, count_inc, gs[:1]).double()
+    c2_optax = bb.bias_correction(b2, count_inc, gs[:1]).double()
+    t = count_inc.double()
+    c1_kernel, c2_kernel = 1 - b1 ** t, 1 - b2 ** t
+    lr_leaves = torch.as_tensor(lr, dtype=dtype, device=count_inc.device).double()
+    kernel_lr = lr_leaves * c1_kernel * torch.sqrt(c2_optax / c2_kernel) / c1_optax
+    decays = not bb.is_zero(terms.weight_decay) and apply
+    kernel = torch._fused_adamw_ if decays else torch._fused_adam_
+    steps = count_inc.float()  # the kernels' (and torch.optim's) type for step counts
+    for device, members in _by_device(grads).items():
+        torch_lr = kernel_lr.to(device)
+        kernel([targets[i] for i in members], [grads[i] for i in members],
+               [new_mus[i] for i in members], [new_nus[i] for i in members], [],
+               [steps.to(device)] * len(members), lr=torch_lr, beta1=b1, beta2=b2,
+               weight_decay=float(terms.weight_decay if decays else terms.l2), eps=hp.eps,
+               amsgrad=False, maximize=terms.maximize)
+    if not apply and not bb.is_zero(terms.weight_decay):
+        assert params is not None
+        tm.add_scaled_(targets, tm.scalar_like(-lr_leaves * terms.weight_decay, targets)
+                       if isinstance(lr, torch.Tensor) else -lr * terms.weight_decay, params)
+    return (None if apply else targets), new_mus, new_nus
+
+
+def _by_device(xs: tm.Leaves) -> dict[torch.device, list[int]]:
+    """Indices of ``xs`` grouped by device (one kernel launch per device)."""
+    if all(x.is_cpu for x in xs):
+        return {xs[0].device: list(range(len(xs)))}
+    groups: dict[torch.device, list[int]] = {}
+    for i, x in enumerate(xs):
+        groups.setdefault(x.device, []).append(i)
+    return groups
+
+
+_warned_non_finite = False
+
+
+def _watch_meta_gradients(nu_hats: tm.Leaves) -> None:
+    """Warns once when a gradient flowing back into ``sqrt(nu_hat)`` is not finite.
+
+    At ``eps_root=0`` a zero second moment (a unit whose gradient is always 0) has an infinite
+    ``d sqrt(v) / dv``, and the meta-gradient through it becomes NaN, as in Optax. The check is
+    a tensor hook, so it runs (and reads a value on the host) only during a backward pass
+    through this step; the forward path never synchronises.
+    """
+    if _warned_non_finite:
+        return
+    for nu_hat in nu_hats:
+        if nu_hat.requires_grad:
+            nu_hat.register_hook(_check_finite)
+
+
+def _check_finite(grad: torch.Tensor) -> None:
+    global _warned_non_finite
+    if not _warned_non_finite and not bool(torch.isfinite(grad).all()):
+        _warned_non_finite = True
+        warnings.warn(
+            "A gradient through Adam's second moment is not finite: at eps_root=0, "
+            "sqrt(nu) has an infinite derivative where nu is 0 (e.g. a dead unit). Pass "
+            "eps_root > 0 (e.g. 1e-8) to keep meta-gradients finite.", RuntimeWarning,
+            stacklevel=2)
+
+
+def scale_by_adam(hp: AdamHyperParams) -> base.GradientTransformationExtraArgs:
+    """Adam's rescaling ``m_hat / (sqrt(v_hat + eps_root) + eps)`` with hyper-parameters ``hp``.
+
+    See :func:`optax_compat.scale_by_adam`; ``update`` accepts ``inplace``.
+    """
+
+    def init_fn(params: base.Params) -> ScaleByAdamState:
+        return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, hp.mu_dtype),
+                                nu=bb.zeros(params))
+
+    @bb.supports_inplace
+    def update_fn(updates: base.Updates, state: ScaleByAdamState,
+                  params: Optional[base.Params] = None, *, inplace: bool = False,
+                  **extra_args: Any) -> tuple[base.Updates, ScaleByAdamState]:
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        mode: Mode = "inplace" if inplace else "pure"
+        count_inc = numerics.safe_increment(state.count)
+        scaled, new_mus, new_nus = step(plan(hp, gs, mus, nus, mode), hp, count_inc, gs, mus,
+                                        nus, mode)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def inplace_step(tx: Any) -> Optional[StepFn]:
+    """The whole in-place step of a transformation, if it has one.
+
+    ``step(params, grads, state) -> state`` applies one step by writing into ``params`` and
+    the buffers of ``state`` (same state as ``tx.init``, same numbers as ``update`` then
+    ``apply_updates``); ``grads`` are read and may be overwritten. The ``adam``/``adamw``
+    aliases (of ``optax_compat`` and ``torchopt_fn``) have one; wrapping a transformation
+    (``chain``, ``inject_hyperparams``, ...) gives one without.
+
+    Args:
+      tx: a gradient transformation.
+
+    Returns:
+      The step function, or ``None``.
+    """
+    return getattr(getattr(tx, "update", None), "apply_step", None)
+
+
+def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[..., Any],
+                 with_params: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``update`` of an ``adam``/``adamw`` alias built as a chain of transformations.
+
+    Args:
+      hp: the hyper-parameters of its ``scale_by_adam``.
+      terms: its learning rate and decay.
+      chain_update: the chain's ``update``, run on every path but the kernel; its state is a
+        tuple holding one ``ScaleByAdamState`` and, last, the learning rate's state.
+      with_params: ``with_params(update_fn)`` adapts an ``update(updates, state, params,
+        inplace)`` to the alias's calling convention (``optax_compat``'s or TorchOpt's).
+
+    Returns:
+      The alias's ``update``, with the whole in-place step as its ``apply_step`` attribute.
+    """
+
+    def run(updates: Any, state: Any, params: Any, mode: Mode,
+            fallback: Callable[[], Any]) -> Any:
+        adam_index = _adam_state_index(state)
+        adam_state, lr_state = state[adam_index], state[-1]
+        gs, spec = tm.flatten(updates)
+        mus = bb.state_leaves(adam_state.mu, spec, updates, "state.mu")
+        nus = bb.state_leaves(adam_state.nu, spec, updates, "state.nu")
+        param_leaves = (None if params is None
+                        else bb.params_leaves(params, spec, updates, "adam"))
+        if plan(hp, gs, mus, nus, mode, terms, param_leaves) != "kernel":
+            return fallback()
+        lr = terms.learning_rate
+        if callable(lr):
+            lr = lr(lr_state.count)
+            new_lr_state = type(lr_state)(count=numerics.safe_increment(lr_state.count))
+            if mode == "apply":
+                lr_state.count.copy_(new_lr_state.count)
+                new_lr_state = lr_state
+        else:
+            new_lr_state = lr_state
+        new_count = numerics.safe_increment(adam_state.count)
+        out, new_mus, new_nus = step("kernel", hp, new_count, gs, mus, nus, mode, terms,
+                                     param_leaves, lr)
+        if mode == "apply":
+            adam_state.count.copy_(new_count)
+            new_adam_state = adam_state
+        else:
+            new_adam_state = type(adam_state)(count=new_count, mu=tm.unflatten(spec, new_mus),
+                                              nu=tm.unflatten(spec, new_nus))
+        new_state = (*state[:adam_index], new_adam_state, *state[adam_index + 1:-1],
+                     new_lr_state)
+        return new_state if out is None else (tm.unflatten(spec, out), new_state)
+
+    def update(updates: Any, state: Any, params: Any, inplace: bool) -> Any:
+        mode: Mode = "inplace" if inplace else "pure"
+        return run(updates, state, params, mode,
+                   lambda: chain_update(updates, state, params, inplace))
+
+    def apply_step(params: base.Params, grads: base.Updates,
+                   state: base.OptState) -> base.OptState:
+        def fallback() -> Any:
+            updates, new_state = chain_update(grads, state, params, True)
+            tm.add_(tm.leaves(params), tm.leaves_like(updates, tm.treespec(params), "updates",
+                                                      params))
+            return new_state
+
+        with torch.no_grad():
+            return run(grads, state, params, "apply", fallback)
+
+    adapted = with_params(update)
+    adapted.apply_step = apply_step
+    return adapted
+
+
+def _adam_state_index(state: tuple) -> int:
+    """The position of the (one) :class:`ScaleByAdamState` in an alias's chain state."""
+    for index, inner in enumerate(state):
+        if isinstance(inner, ScaleByAdamState):
+            return index
+    raise ValueError("The state of an Adam alias holds no ScaleByAdamState.")
