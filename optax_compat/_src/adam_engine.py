@@ -167,7 +167,10 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     if reads_params and (params is None or not _same_dtypes(gs, {gs[0].dtype}, params)
                          or tm.is_recording(params)):
         return False
-    on_kernel_devices = all((g.is_cpu or g.is_cuda) and g.layout == torch.strided for g in gs)
+    # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
+    # rate and step counts; the foreach path runs on DTensors.
+    on_kernel_devices = all(type(g) is torch.Tensor and (g.is_cpu or g.is_cuda)
+                            and g.layout == torch.strided for g in gs)
     # Buffers written in place are read by the kernel as packed memory.
     written = (*mus, *nus, *params) if mode == "apply" and params is not None else ()
     return on_kernel_devices and all(x.is_contiguous() for x in written)

@@ -12,11 +12,8 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src import building_blocks
 from optax_compat._src.building_blocks import inplace, tree_math
-from optax_compat._src.building_blocks.state import NO_PARAMS_MSG
-
-NO_PARAMS_MSG = building_blocks.NO_PARAMS_MSG
+from optax_compat._src.building_blocks.state import NO_PARAMS_MSG as NO_PARAMS_MSG
 
 PyTree = Any
 Shape = Sequence[int]
