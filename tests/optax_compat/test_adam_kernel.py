@@ -10,8 +10,8 @@ import torch
 
 import optax_compat
 from optax_compat._src import adam_kernel
+from optax_compat.testing import assert_leaves_close, make_tree
 from optax_compat.transforms import chain
-from tests.helpers import assert_close, make_tree
 
 
 def leaves(tree: Any) -> list[torch.Tensor]:
@@ -57,12 +57,12 @@ def test_same_numbers_as_the_chain_over_many_steps(dtype: torch.dtype, schedule:
         grads = make_tree(dtype, seed=step + 1, scale=0.1 + step % 3)
         grads_copy, state_copy = optree.tree_map(torch.clone, (grads, fast_state))
         fast_updates, fast_state_new = fast.update(grads, fast_state, params)
-        assert_close((grads, fast_state), (grads_copy, state_copy), dtype, rtol=0, atol=0,
-                     what="inputs must be untouched")
+        assert_leaves_close((grads, fast_state), (grads_copy, state_copy), rtol=0, atol=0,
+                            what="inputs must be untouched")
         slow_updates, slow_state = slow.update(grads, slow_state, params)
         fast_state = fast_state_new
-        assert_close(fast_updates, slow_updates, dtype, what=f"updates {step}")
-        assert_close(fast_state, slow_state, dtype, what=f"state {step}")
+        assert_leaves_close(fast_updates, slow_updates, what=f"updates {step}")
+        assert_leaves_close(fast_state, slow_state, what=f"state {step}")
         assert type(fast_state[1]) is type(slow_state[1])
         assert fast_state[0].count.dtype == torch.int32
         params = optax_compat.apply_updates(params, fast_updates)

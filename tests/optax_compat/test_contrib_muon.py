@@ -28,9 +28,11 @@ import torch
 import optax_compat as ox
 from optax_compat._src import tree_math as tm
 from optax_compat.contrib import _galore, _muon
-from tests import helpers
-from tests.helpers import (
-    assert_close,
+from optax_compat.testing import (
+    RTOL,
+    assert_leaves_close,
+    assert_same_state_types,
+    assert_trees_all_close,
     compare_with_optax,
     jax_precision,
     jit_optax,
@@ -39,8 +41,8 @@ from tests.helpers import (
 )
 
 DTYPES = [torch.float32, torch.float64]
-MUON_FLOAT32_RTOL = 1e-4
-MUON_FLOAT32_ATOL = 1e-5
+MUON_RTOL = {torch.float32: 1e-4}
+MUON_ATOL = {torch.float32: 1e-5}
 SVD_RTOL = {torch.float32: 1e-4, torch.float64: 1e-5}
 SVD_ATOL = 1e-6
 
@@ -66,12 +68,6 @@ def _muon_dim_nums(module) -> dict:
             "attn": dims(-2, -1), "b": None, "s": None, "empty": None}
 
 
-@pytest.fixture
-def muon_float32_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(helpers.RTOL, torch.float32, MUON_FLOAT32_RTOL)
-    monkeypatch.setitem(helpers.ATOL, torch.float32, MUON_FLOAT32_ATOL)
-
-
 MUON_CONFIGS = {
     "default": {},
     "plain_momentum_adaptive": {"nesterov": False, "ns_steps": 3, "beta": 0.9,
@@ -92,7 +88,6 @@ MUON_CASES = [(config, torch.float64) for config in MUON_CONFIGS] + [
     ("schatten_per_step_coeffs", torch.float32)]
 
 
-@pytest.mark.usefixtures("muon_float32_tolerance")
 @pytest.mark.parametrize(("config", "dtype"), MUON_CASES, ids=str)
 def test_muon_matches_optax(config, dtype):
     kwargs = MUON_CONFIGS[config]
@@ -101,10 +96,9 @@ def test_muon_matches_optax(config, dtype):
         lambda: jit_optax(optax_contrib.muon(
             0.1, **kwargs, muon_weight_dimension_numbers=_muon_dim_nums(optax_contrib))),
         dtype, steps=3, params=_muon_tree(dtype, 0),
-        grads=[_muon_tree(dtype, seed) for seed in (1, 2, 3)])
+        grads=[_muon_tree(dtype, seed) for seed in (1, 2, 3)], rtol=MUON_RTOL, atol=MUON_ATOL)
 
 
-@pytest.mark.usefixtures("muon_float32_tolerance")
 @pytest.mark.parametrize("dtype", [torch.float64], ids=str)
 def test_muon_default_labels_and_schedule_match_optax(dtype):
     """No dimension numbers: Muon for the 2-D leaves, Adam for the rest (including 3-D)."""
@@ -114,10 +108,9 @@ def test_muon_default_labels_and_schedule_match_optax(dtype):
         _muon.muon(ox.linear_schedule(0.1, 0.01, 3), nesterov=False),
         lambda: jit_optax(optax_contrib.muon(optax.linear_schedule(0.1, 0.01, 3),
                                              nesterov=False)),
-        dtype, steps=3, params=trees[0], grads=trees[1:])
+        dtype, steps=3, params=trees[0], grads=trees[1:], rtol=MUON_RTOL, atol=MUON_ATOL)
 
 
-@pytest.mark.usefixtures("muon_float32_tolerance")
 @pytest.mark.parametrize("dtype", [torch.float32], ids=str)
 def test_muon_callable_prefix_dimension_numbers_match_optax(dtype):
     """A callable returning a prefix tree: one spec covers a whole subtree."""
@@ -133,7 +126,8 @@ def test_muon_callable_prefix_dimension_numbers_match_optax(dtype):
         _muon.muon(0.05, muon_weight_dimension_numbers=dim_nums(_muon)),
         lambda: jit_optax(optax_contrib.muon(
             0.05, muon_weight_dimension_numbers=dim_nums(optax_contrib))),
-        dtype, steps=3, params=tree(0), grads=[tree(seed) for seed in (1, 2, 3)])
+        dtype, steps=3, params=tree(0), grads=[tree(seed) for seed in (1, 2, 3)],
+        rtol=MUON_RTOL, atol=MUON_ATOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -149,12 +143,11 @@ def test_orthogonalize_matches_optax_and_batches_exactly(dtype, preconditioning)
         theirs = optax_contrib._muon.orthogonalize_via_newton_schulz(
             to_jax(x), to_jax(coeffs), 5, preconditioning,
             dimension_numbers=optax_contrib.MuonDimensionNumbers(1, 2))
-        assert_close(ours, theirs, dtype, rtol=helpers.RTOL[dtype] * 10)
+        assert_leaves_close(ours, theirs, rtol={d: 10 * rtol for d, rtol in RTOL.items()})
     # Stacking the three matrices computes what orthogonalizing each one alone does.
     for index in range(3):
         alone = _muon.orthogonalize_via_newton_schulz(x[index], coeffs, 5, preconditioning)
-        torch.testing.assert_close(ours[index], alone, rtol=helpers.RTOL[dtype],
-                                   atol=helpers.ATOL[dtype])
+        assert_trees_all_close(ours[index], alone)
     # The iterate is nearly orthogonal: singular values close to one.
     singular_values = torch.linalg.svdvals(ours.double())
     assert singular_values.min() > 0.5 and singular_values.max() < 1.5
@@ -168,15 +161,13 @@ def test_scale_by_muon_callable_dims_and_mu_dtype(dtype):
         return lambda updates: {"m": module.MuonDimensionNumbers(),
                                 "t": module.MuonDimensionNumbers(1, 2)}
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(helpers.RTOL, torch.float32, MUON_FLOAT32_RTOL)
-        patch.setitem(helpers.ATOL, torch.float32, MUON_FLOAT32_ATOL)
-        compare_with_optax(
-            _muon.scale_by_muon(beta=0.8, weight_dimension_numbers=dims(_muon)),
-            lambda: jit_optax(optax_contrib.scale_by_muon(
-                beta=0.8, weight_dimension_numbers=dims(optax_contrib))),
-            dtype, steps=3, params=params,
-            grads=[optree.tree_map(torch.randn_like, params) for _ in range(3)])
+    compare_with_optax(
+        _muon.scale_by_muon(beta=0.8, weight_dimension_numbers=dims(_muon)),
+        lambda: jit_optax(optax_contrib.scale_by_muon(
+            beta=0.8, weight_dimension_numbers=dims(optax_contrib))),
+        dtype, steps=3, params=params,
+        grads=[optree.tree_map(torch.randn_like, params) for _ in range(3)],
+        rtol=MUON_RTOL, atol=MUON_ATOL)
     tx = _muon.scale_by_muon(mu_dtype=torch.float64, weight_dimension_numbers=dims(_muon))
     state = tx.init(params)
     _, state = tx.update(params, state)
@@ -344,11 +335,11 @@ def _column_signs(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
 def _assert_galore_state_close(ours, theirs, dtype, what: str) -> None:
     """Compares GaLore states with each projector column (and Adam moment) up to its sign."""
     ours_galore, theirs_galore = ours[0], to_torch(theirs[0])
-    assert_close(ours[1:], theirs[1:], dtype, what=f"{what} outer states")
-    assert_close(ours_galore.count, theirs_galore.count, dtype)
+    assert_leaves_close(ours[1:], theirs[1:], what=f"{what} outer states")
+    assert_leaves_close(ours_galore.count, theirs_galore.count)
     ours_adam, theirs_adam = ours_galore.base_optimizer_state, theirs_galore.base_optimizer_state
-    assert_close(ours_adam.nu, theirs_adam.nu, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
-                 what=f"{what} nu")
+    assert_leaves_close(ours_adam.nu, theirs_adam.nu, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                        what=f"{what} nu")
     for name in GALORE_SHAPES:
         projector, their_projector = ours_galore.projector[name], theirs_galore.projector[name]
         mu, their_mu = ours_adam.mu[name], theirs_adam.mu[name]
@@ -356,10 +347,10 @@ def _assert_galore_state_close(ours, theirs, dtype, what: str) -> None:
             signs = _column_signs(projector, their_projector.to(projector.dtype))
             projector = projector * signs
             mu = mu * (signs[:, None] if GALORE_LEFT[name] else signs)
-        assert_close(projector, their_projector, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
-                     what=f"{what} projector {name}")
-        assert_close(mu, their_mu, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
-                     what=f"{what} mu {name}")
+        assert_leaves_close(projector, their_projector, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                            what=f"{what} projector {name}")
+        assert_leaves_close(mu, their_mu, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                            what=f"{what} mu {name}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -377,16 +368,16 @@ def test_galore_matches_optax_up_to_svd_signs(dtype, config):
             weight_dimension_numbers=_galore_dim_nums(optax_contrib) if with_dims else None))
         ours_state, theirs_params = ours_tx.init(params), to_jax(params)
         theirs_state = theirs_tx.init(theirs_params)
-        helpers.assert_same_state_types(ours_state, theirs_state)
-        assert_close(ours_state, theirs_state, dtype, what="init")
+        assert_same_state_types(ours_state, theirs_state)
+        assert_leaves_close(ours_state, theirs_state, what="init")
         for step, grad in enumerate(grads):
             updates, ours_state = ours_tx.update(grad, ours_state, params)
             their_updates, theirs_state = theirs_tx.update(to_jax(grad), theirs_state,
                                                            theirs_params)
-            assert_close(updates, their_updates, dtype, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
-                         what=f"updates step {step}")
+            assert_leaves_close(updates, their_updates, rtol=SVD_RTOL[dtype], atol=SVD_ATOL,
+                                what=f"updates step {step}")
             _assert_galore_state_close(ours_state, theirs_state, dtype, f"step {step}")
-            helpers.assert_same_state_types(ours_state, theirs_state)
+            assert_same_state_types(ours_state, theirs_state)
             params = ox.apply_updates(params, updates)
             theirs_params = optax.apply_updates(theirs_params, their_updates)
 
@@ -423,8 +414,8 @@ def test_galore_steps_between_refreshes_match_optax_exactly(dtype, base):
             updates, ours_state = ours_tx.update(grad, ours_state, params)
             their_updates, theirs_state = theirs_tx.update(to_jax(grad), theirs_state,
                                                            theirs_params)
-            assert_close(updates, their_updates, dtype, what=f"updates step {step}")
-            assert_close(ours_state, theirs_state, dtype, what=f"state step {step}")
+            assert_leaves_close(updates, their_updates, what=f"updates step {step}")
+            assert_leaves_close(ours_state, theirs_state, what=f"state step {step}")
             params = ox.apply_updates(params, updates)
             theirs_params = optax.apply_updates(theirs_params, their_updates)
 
@@ -454,8 +445,8 @@ def test_galore_refreshes_every_gap_steps(dtype):
                     continue
                 assert projector.dtype == dtype
                 theirs = to_torch(their_state.projector[name]).to(dtype)
-                assert_close(projector * _column_signs(projector, theirs), theirs, dtype,
-                             rtol=SVD_RTOL[dtype], atol=SVD_ATOL, what=f"step {step} {name}")
+                assert_leaves_close(projector * _column_signs(projector, theirs), theirs,
+                                    rtol=SVD_RTOL[dtype], atol=SVD_ATOL, what=f"step {step} {name}")
     assert state.count == steps and state.count.dtype == torch.int32
 
 

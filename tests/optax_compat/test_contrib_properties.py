@@ -14,7 +14,7 @@ from optax_compat.contrib import (
     _schedule_free,
     _sophia,
 )
-from tests.helpers import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 
 def _squared_gradients():

@@ -10,7 +10,7 @@ import torch
 
 import optax_compat
 from optax_compat._src import fused
-from tests.helpers import assert_close, make_tree
+from optax_compat.testing import assert_leaves_close, make_tree
 
 # The kernel computes the bias corrections in float64 where the pure alias (like Optax) uses
 # float32; ``1 - 0.999 ** t`` then differs by up to ~1e-5 relative in float32 (see fused.py).
@@ -70,11 +70,11 @@ def test_same_numbers_as_pure_alias(case: str, dtype: torch.dtype) -> None:
         assert returned is fused_state
         assert all(a is b for a, b in zip(
             leaves_before, optree.tree_leaves(fused_params, none_is_leaf=False), strict=True))
-        assert_close(grads, grads_copy, dtype, rtol=0, atol=0, what="grads must be untouched")
-        assert_close(fused_params, pure_params, dtype, rtol=RTOL[dtype], atol=ATOL[dtype],
-                     what=f"params {step}")
-        assert_close(fused_state, pure_state, dtype, rtol=RTOL[dtype], atol=ATOL[dtype],
-                     what=f"state {step}")
+        assert_leaves_close(grads, grads_copy, rtol=0, atol=0, what="grads must be untouched")
+        assert_leaves_close(fused_params, pure_params, rtol=RTOL[dtype], atol=ATOL[dtype],
+                            what=f"params {step}")
+        assert_leaves_close(fused_state, pure_state, rtol=RTOL[dtype], atol=ATOL[dtype],
+                            what=f"state {step}")
 
 
 @pytest.mark.parametrize("kwargs", [{"nesterov": True}, {"eps_root": 1e-8},

@@ -11,7 +11,7 @@ import torch
 
 from optax_compat import apply_updates
 from optax_compat._src import alias, base, lbfgs, linesearch, tree_math
-from tests.helpers import compare_with_optax, jax_precision, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jax_precision, jit_optax, make_tree
 from tests.optax_compat.linesearch_cases import PROBLEMS, run_against_optax
 
 F64 = torch.float64
@@ -26,6 +26,28 @@ def test_scale_by_lbfgs_matches_optax_on_random_trees(dtype, memory_size, scale_
         lambda: jit_optax(optax.scale_by_lbfgs(memory_size=memory_size,
                                                scale_init_precond=scale_init_precond)),
         dtype, steps=6)
+
+
+def test_a_leaf_that_changes_shape_is_a_value_error_as_in_optax():
+    # scale_by_distance_over_gradients turns a 0-d parameter into a vector (in Optax too):
+    # at the next step the L-BFGS memory, made for a 0-d leaf, cannot take it.
+    def chain(module):
+        return module.chain(module.scale_by_lbfgs(), module.scale_by_distance_over_gradients())
+
+    def run(module, params):
+        tx = chain(module)
+        state = tx.init(params)
+        for _ in range(2):
+            updates, state = tx.update(params, state, params)
+            params = module.apply_updates(params, updates)
+
+    import optax_compat
+
+    with pytest.raises(ValueError, match="Cannot broadcast"):
+        run(optax, {"w": np.float32(1.0)})
+    with pytest.raises(ValueError, match=r"at \['w'\] has shape \(1,\) in the updates and "
+                                         r"\(1,\) in the params, but \(\) at init"):
+        run(optax_compat, {"w": torch.tensor(1.0)})
 
 
 # (case, build(module) -> solver, problem, steps, resync). Rosenbrock's trajectory is chaotic:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import optax_compat.losses as losses
-from tests.helpers import compare_function_with_optax, seeded_randint, seeded_randn
+from optax_compat.testing import compare_function_with_optax, seeded_randint, seeded_randn
 
 DTYPES = [torch.float32, torch.float64]
 REDUCTIONS = {"mean": (torch.mean, jnp.mean), "sum": (torch.sum, jnp.sum), "none": (None, None)}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import jax_precision
+from optax_compat.testing import jax_precision
 
 
 @pytest.mark.parametrize("min_norm", [0.0, 0.5, 100.0])

@@ -11,7 +11,7 @@ import torch
 
 from optax_compat import perturbations as pert
 from optax_compat import tree_utils
-from tests.helpers import to_jax
+from optax_compat.testing import to_jax
 
 NOISES = [pert.Gumbel, pert.Normal]
 

@@ -45,8 +45,8 @@ from optax_compat.testing.strategies import (
     transforms,
 )
 
-# Derandomized: the suite sees the same examples on every run (explore with more locally).
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
+# Examples are drawn per the hypothesis profile of tests/conftest.py (fixed in CI).
+SETTINGS = settings(max_examples=20)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -433,7 +433,7 @@ VALUE_ONLY = [name for name in transform_names(include_extra_args=True)
 
 @pytest.mark.parametrize("name", sorted({*transform_names(
     include_random=True, include_without_scalar_leaves=True), *VALUE_ONLY}))
-@settings(max_examples=5, deadline=None, derandomize=True)
+@settings(max_examples=5)
 @given(data=st.data())
 def test_every_transformation_is_pure_and_keeps_its_state_on_random_trees(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
@@ -475,7 +475,7 @@ def test_smooth_transformations_are_differentiable(name):
 
 
 @pytest.mark.parametrize("name", ["scale_by_adam", "trace", "scale_by_rms", "clip_by_global_norm"])
-@settings(max_examples=3, deadline=None, derandomize=True)
+@settings(max_examples=3)
 @given(data=st.data())
 def test_drawn_hyperparameters_match_optax(name, data):
     kwargs = data.draw(hyperparameters(name, with_schedules=True), label="kwargs")
@@ -489,7 +489,7 @@ def test_unknown_hyperparameter_name_fails_clearly():
         hyperparameters("adamm")
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)
+@settings(max_examples=15)
 @given(schedules())
 def test_drawn_schedules_match_optax(schedule):
     import jax
@@ -515,7 +515,7 @@ def test_every_schedule_is_drawn():
     assert drawn == set(schedule_names())
 
 
-@settings(max_examples=8, deadline=None, derandomize=True)
+@settings(max_examples=8)
 @given(transforms(max_depth=2),
        params_and_grads(max_leaves=3, dtypes=[torch.float64], min_magnitude=1e-6))
 def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):

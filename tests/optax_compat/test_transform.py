@@ -13,7 +13,7 @@ import torch
 import optax_compat
 from optax_compat._src import base
 from optax_compat._src import transform as T
-from tests.helpers import (
+from optax_compat.testing import (
     assert_inplace_matches_pure,
     compare_with_optax,
     jit_optax,

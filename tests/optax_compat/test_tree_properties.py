@@ -15,7 +15,7 @@ from optax_compat.testing import assert_tree_structure_equal, assert_trees_all_c
 from optax_compat.testing.strategies import matching_trees, pytrees
 
 # Derandomized: the suite sees the same examples on every run (explore with more locally).
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=25)
 # Leaves with empty dimensions and trees without any leaf are part of the domain.
 trees = pytrees(min_leaves=0, max_leaves=5, allow_empty=True)
 

@@ -62,7 +62,7 @@ def _three_trees(draw):
     return x, draw(strategies.matching_trees(x)), draw(strategies.matching_trees(x))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(trees=_three_trees(), alpha=st.floats(-3, 3))
 def test_arithmetic_matches_leafwise_operators(trees, alpha):
     x, y, z = trees
