@@ -6,7 +6,7 @@ on ``torch._foreach_*`` kernels over optree-flattened leaves.
 
 from optax_compat import schedules, tree, tree_utils
 
-# Transforms and aliases (issue 3) -------------------------------------------------------------
+# Transforms and aliases ----------------------------------------------------------------------
 from optax_compat._src.base import (
     AdaptiveGradClipState,
     AddDecayedWeightsState,
@@ -177,7 +177,7 @@ from optax_compat._src.alias import (
     yogi,
 )
 
-# Combinators and wrappers (issue 4) -----------------------------------------------------------
+# Combinators and wrappers ---------------------------------------------------------------------
 # isort: split
 from optax_compat._src.lookahead import LookaheadParams, LookaheadState, lookahead
 from optax_compat.schedules._inject import (
@@ -270,4 +270,4 @@ from optax_compat._src.linesearch import (
     value_and_grad_from_state,
 )
 
-# Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.
+# Testing helpers are imported on demand: ``optax_compat.testing``.

@@ -13,7 +13,7 @@ One comparison engine, used by this package's own test suite and by users:
   :func:`assert_leaves_close`, :func:`assert_tree_structure_equal`. Their tolerances follow
   the dtype of the values compared (:func:`tolerance`): float32 values get float32's tolerance
   even inside a float64 test, so that comparisons pass on any CPU.
-* **Data**: :func:`make_tree`, :func:`seeded_randn`, :func:`seeded_randint`.
+* **Data**: :func:`make_tree`, :func:`random_tree`, :func:`seeded_randn`, :func:`seeded_randint`.
 
 The hypothesis strategies live in :mod:`optax_compat.testing.strategies`, which imports
 hypothesis itself, so the library does not depend on hypothesis at run time::
@@ -37,7 +37,7 @@ from optax_compat.testing._asserts import (
     assert_trees_all_close,
     tolerance,
 )
-from optax_compat.testing._data import make_tree, seeded_randint, seeded_randn
+from optax_compat.testing._data import make_tree, random_tree, seeded_randint, seeded_randn
 from optax_compat.testing._optax_oracle import (
     assert_same_state_types,
     check_matches_optax,
@@ -77,6 +77,7 @@ __all__ = [
     "jax_precision",
     "jit_optax",
     "make_tree",
+    "random_tree",
     "seeded_randint",
     "seeded_randn",
     "state_signature",

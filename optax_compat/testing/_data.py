@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 
@@ -40,3 +42,17 @@ def make_tree(dtype: torch.dtype = torch.float32, seed: int = 0, scale: float = 
 
     return {"bias": rand(), "layer": {"w": rand(3, 4), "b": rand(4)},
             "pair": (rand(2), rand(2, 2)), "empty": None}
+
+
+def random_tree(shapes: Mapping[str, tuple[int, ...]], dtype: torch.dtype = torch.float32,
+                seed: int = 0) -> dict[str, torch.Tensor]:
+    """A dict of standard normal tensors of the given shapes, drawn from one seeded generator.
+
+    Example:
+      >>> from optax_compat import testing
+      >>> {k: tuple(v.shape) for k, v in testing.random_tree({"w": (2, 3), "b": ()}).items()}
+      {'w': (2, 3), 'b': ()}
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return {name: torch.randn(shape, generator=generator, dtype=dtype)
+            for name, shape in shapes.items()}

@@ -1,7 +1,10 @@
-"""Part A of ``optax_compat.contrib`` against real Optax, step by step, plus purity and gradients.
+"""The ``optax_compat.contrib`` optimizers against real Optax from one case table, step by step,
+plus purity and gradients.
 
-Covers acprop, ademamix, simplified_ademamix, adopt, cocob, dadapt_adamw, dog, dowg, madgrad,
-prodigy (and their ``scale_by_*`` transforms) and split_real_and_imaginary.
+Covers the modules ``_acprop``, ``_ademamix`` (ademamix, simplified_ademamix), ``_adopt``,
+``_cocob``, ``_dadapt_adamw``, ``_dog`` (dog, dowg), ``_madgrad``, ``_prodigy`` (with their
+``scale_by_*`` transforms) and ``_complex_valued`` (split_real_and_imaginary). The other contrib
+modules have a test file each (``test_contrib_<module>.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Properties shared by the contrib (part B) transformations: no host sync, differentiable."""
+"""Properties of the contrib momo, reduce_on_plateau, schedule_free, mechanize, sam and sophia
+transformations: no host sync, differentiable, in-place requests, tensor hyperparameters."""
 
 import optax
 import pytest
