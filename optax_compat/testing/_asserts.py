@@ -10,7 +10,7 @@ float64 values keep the float64 tolerance.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import optree
@@ -66,6 +66,14 @@ def least_precise_dtype(*trees: Any) -> torch.dtype | None:
     return max(dtypes, key=lambda dtype: torch.finfo(dtype).eps, default=None)
 
 
+class Tolerances(NamedTuple):
+    """A relative and an absolute tolerance; ``**tolerances._asdict()`` fits
+    ``torch.testing.assert_close`` and ``numpy.testing.assert_allclose``."""
+
+    rtol: float
+    atol: float
+
+
 def _pick(given: Tolerance, defaults: Mapping[torch.dtype, float],
           dtype: torch.dtype | None) -> float:
     if isinstance(given, (int, float)):
@@ -75,7 +83,7 @@ def _pick(given: Tolerance, defaults: Mapping[torch.dtype, float],
     return defaults.get(dtype, 0.0)
 
 
-def tolerance(*trees: Any, rtol: Tolerance = None, atol: Tolerance = None) -> tuple[float, float]:
+def tolerance(*trees: Any, rtol: Tolerance = None, atol: Tolerance = None) -> Tolerances:
     """``(rtol, atol)`` for comparing the values in ``trees``, following their dtypes.
 
     The tolerance is that of the least precise floating dtype among all the leaves: float32
@@ -97,12 +105,12 @@ def tolerance(*trees: Any, rtol: Tolerance = None, atol: Tolerance = None) -> tu
       >>> import torch
       >>> from optax_compat import testing
       >>> testing.tolerance(torch.zeros(2, dtype=torch.float64), torch.zeros(2))
-      (1e-05, 1e-06)
+      Tolerances(rtol=1e-05, atol=1e-06)
       >>> testing.tolerance(torch.zeros(2, dtype=torch.float64), rtol={torch.float32: 1e-4})
-      (1e-10, 1e-12)
+      Tolerances(rtol=1e-10, atol=1e-12)
     """
     dtype = least_precise_dtype(*trees)
-    return _pick(rtol, RTOL, dtype), _pick(atol, ATOL, dtype)
+    return Tolerances(_pick(rtol, RTOL, dtype), _pick(atol, ATOL, dtype))
 
 
 def assert_tree_structure_equal(expected: Any, actual: Any, what: str = "tree") -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 
 import hypothesis.strategies as st
-import numpy as np
 import optree
 import pytest
 import torch
@@ -101,7 +100,7 @@ def test_gradient_with_respect_to_scale_matches_optax(name):
         theirs_fn = getattr(optax_projections(), name)
         theirs = jax.grad(lambda s: optax_tree_vdot(to_jax(weights), theirs_fn(to_jax(x), s)))(
             0.9)
-    np.testing.assert_allclose(ours.numpy(), np.asarray(theirs), rtol=1e-10)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("name", [
