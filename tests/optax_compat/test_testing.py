@@ -22,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 import optax_compat
 from optax_compat._src import base, tree_math
 from optax_compat.testing import (
+    assert_leaves_close,
     assert_tree_structure_equal,
     assert_trees_all_close,
     check_compilable,
@@ -29,6 +30,7 @@ from optax_compat.testing import (
     check_matches_optax,
     check_pure,
     check_state_stable,
+    tolerance,
 )
 from optax_compat.testing._hyperparameters import SPECS
 from optax_compat.testing.strategies import (
@@ -269,6 +271,38 @@ def test_assert_trees_all_close_accepts_numpy_and_nan():
     with pytest.raises(AssertionError):
         assert_trees_all_close([torch.tensor([np.nan])], [np.array([1.0])])
     assert_trees_all_close([torch.tensor([1.0])], [np.array([1.1])], rtol=0.2)
+
+
+def test_tolerance_follows_the_least_precise_dtype_of_the_values_compared():
+    import jax.numpy as jnp
+
+    f32, f64 = torch.ones(2), torch.ones(2, dtype=torch.float64)
+    assert tolerance(f64, f64) == (1e-10, 1e-12)
+    # A float32 value inside a float64 test (JAX's promotion) gets float32's tolerance,
+    # whichever side it is on and whatever library holds it.
+    assert tolerance(f64, f32) == tolerance(np.ones(2, np.float32), f64) == (1e-5, 1e-6)
+    assert tolerance(f64, jnp.ones(2, jnp.bfloat16)) == (1.6e-2, 1e-5)
+    assert tolerance(torch.ones(2, dtype=torch.complex128), f64) == (1e-10, 1e-12)
+    assert tolerance(torch.ones(2, dtype=torch.int32), np.ones(2, np.int32)) == (0.0, 0.0)
+    # Overrides: one number for every dtype, or per dtype (others keep the default).
+    assert tolerance(f64, f32, rtol=0.5, atol=0.25) == (0.5, 0.25)
+    assert tolerance(f64, f32, rtol={torch.float32: 1e-4}) == (1e-4, 1e-6)
+    assert tolerance(f64, rtol={torch.float32: 1e-4}) == (1e-10, 1e-12)
+    assert tolerance(f64, f32)._asdict() == {"rtol": 1e-5, "atol": 1e-6}
+
+
+def test_assert_trees_all_close_uses_the_tolerance_of_each_pair_of_leaves():
+    # Two values a float32 step apart (the last bit of a float32 exp differs between CPUs).
+    x = torch.tensor([0.9746794700622559], dtype=torch.float64)
+    y = torch.tensor([0.9746794104576111], dtype=torch.float64)
+    assert_trees_all_close({"a": x}, {"a": y.float()})
+    assert_trees_all_close({"a": x.float()}, {"a": y})
+    with pytest.raises(AssertionError, match=r"\['a'\]: 1 of 1 values differ \(rtol=1e-10"):
+        assert_trees_all_close({"a": x}, {"a": y})
+    # Per pair: the float64 leaf beside a float32 one keeps the float64 tolerance.
+    with pytest.raises(AssertionError, match=r"\['b'\]"):
+        assert_trees_all_close({"a": x, "b": x}, {"a": y.float(), "b": y})
+    assert_leaves_close({"a": x, "b": x}, [y.float(), y], rtol={torch.float64: 1e-6})
 
 
 def test_assert_tree_structure_equal_names_the_difference():
