@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 from optax_compat import schedules, tree, tree_utils
 
-# Transforms and aliases (issue 3) -------------------------------------------------------------
+# Transforms and aliases ----------------------------------------------------------------------
 from optax_compat._src.base import (
     AdaptiveGradClipState,
     AddDecayedWeightsState,
@@ -179,7 +179,7 @@ from optax_compat._src.alias import (
     yogi,
 )
 
-# Combinators and wrappers (issue 4) -----------------------------------------------------------
+# Combinators and wrappers ---------------------------------------------------------------------
 # isort: split
 from optax_compat._src.lookahead import LookaheadParams, LookaheadState, lookahead
 from optax_compat.schedules._inject import (
@@ -274,7 +274,7 @@ from optax_compat._src.linesearch import (
     value_and_grad_from_state,
 )
 
-# Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.
+# Testing helpers are imported on demand: ``optax_compat.testing``.
 
 # PyTorch's training stack: any transformation as a torch.optim.Optimizer, and checkpoints ------
 # isort: split

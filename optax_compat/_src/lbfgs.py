@@ -9,8 +9,9 @@ pure tensor code (no host synchronisation): the ring index stays a tensor.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import optree
 import torch
 
 from optax_compat._src import base, numerics
@@ -132,6 +133,25 @@ def _two_loop(vec: tm.Leaves, diff_params: tm.Leaves, diff_updates: tm.Leaves,
     return vec
 
 
+def _check_shapes_kept(updates: Any, us: tm.Leaves, ws: tm.Leaves, prev_ws: tm.Leaves) -> None:
+    """Raises ``ValueError`` if a leaf of the updates or params changed shape since ``init``.
+
+    The memory holds one row per leaf shape given at ``init``; Optax fails the same way
+    ("Cannot broadcast to shape with fewer dimensions") when, say, a 0-d parameter became a
+    vector.
+    """
+    for index, (u, w, prev) in enumerate(zip(us, ws, prev_ws, strict=True)):
+        if u.shape == w.shape == prev.shape:
+            continue
+        path = optree.tree_paths(updates, none_is_leaf=tm.NONE_IS_LEAF,
+                                 namespace=tm.NAMESPACE)[index]
+        where = "".join(f"[{key!r}]" for key in path) or "<root>"
+        raise ValueError(
+            f"scale_by_lbfgs: the leaf at {where} has shape {tuple(u.shape)} in the updates and "
+            f"{tuple(w.shape)} in the params, but {tuple(prev.shape)} at init; L-BFGS keeps its "
+            "memory per parameter shape, so shapes cannot change between steps.")
+
+
 def scale_by_lbfgs(
     memory_size: int = 10,
     scale_init_precond: bool = True,
@@ -206,6 +226,7 @@ def scale_by_lbfgs(
         ws = tm.leaves_like(params, spec, "params", reference=updates)
         prev_ws = tm.leaves_like(state.params, spec, "state.params", reference=updates)
         prev_us = tm.leaves_like(state.updates, spec, "state.updates", reference=updates)
+        _check_shapes_kept(updates, us, ws, prev_ws)
         diff_params_memory = tm.leaves_like(state.diff_params_memory, spec,
                                             "state.diff_params_memory", reference=updates)
         diff_updates_memory = tm.leaves_like(state.diff_updates_memory, spec,

@@ -7,7 +7,7 @@ raises ``AssertionError`` with a short reason naming the step and the tree path 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -15,7 +15,14 @@ import torch
 from optax_compat._src import base
 from optax_compat._src.building_blocks import tree_math
 from optax_compat._src.update import apply_updates
-from optax_compat.testing._asserts import ATOL, RTOL, assert_trees_all_close, leaves_with_paths
+from optax_compat.testing._asserts import (
+    ATOL,
+    RTOL,
+    Tolerance,
+    assert_trees_all_close,
+    leaves_with_paths,
+)
+from optax_compat.testing._data import make_tree
 from optax_compat.testing._steps import (
     ExtraArgsLike,
     GradsLike,
@@ -209,7 +216,7 @@ def _fresh_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsLike,
                      backend: str = "inductor", extra_args: ExtraArgsLike = None,
-                     rtol: float | None = None, atol: float | None = None) -> None:
+                     rtol: Tolerance = None, atol: Tolerance = None) -> None:
     """Checks that ``torch.compile`` of one training step has no graph break and matches eager.
 
     The step is ``update`` followed by ``apply_updates``. ``torch._dynamo.explain`` must report
@@ -223,8 +230,9 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
       grads: the gradient tree (or ``step -> gradient tree``; step 0 is used).
       backend: the ``torch.compile`` backend (``"eager"`` checks graph capture only, quickly).
       extra_args: extra keyword arguments for ``update``, or ``step -> arguments``.
-      rtol: relative tolerance against eager; by default ten times the dtype's usual one.
-      atol: absolute tolerance against eager; by default ten times the dtype's usual one.
+      rtol: relative tolerance against eager (a number or ``{dtype: rtol}``); by default ten
+        times the usual one of the dtype of the values compared.
+      atol: absolute tolerance against eager; likewise.
 
     Raises:
       AssertionError: with the compiler's reason or the graph breaks, or naming the first path
@@ -248,7 +256,6 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
         reasons = "; ".join(str(b.reason).splitlines()[0] for b in explained.break_reasons)
         raise AssertionError(f"{explained.graph_break_count} graph break(s) in one step: "
                              f"{reasons}")
-    dtype = tree_math.widest_real_dtype(tree_math.leaves(params))
     for fullgraph in (False, True):
         torch._dynamo.reset()
         compiled_step = torch.compile(_fresh_function(step), fullgraph=fullgraph,
@@ -259,10 +266,66 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
             raise AssertionError(f"torch.compile(fullgraph={fullgraph}) of one step failed: "
                                  f"{type(error).__name__}: {_first_line(error)}") from error
         assert_trees_all_close(
-            compiled, eager, rtol=10 * RTOL.get(dtype, 1e-5) if rtol is None else rtol,
-            atol=10 * ATOL.get(dtype, 1e-6) if atol is None else atol,
+            compiled, eager,
+            rtol={dtype: 10 * value for dtype, value in RTOL.items()} if rtol is None else rtol,
+            atol={dtype: 10 * value for dtype, value in ATOL.items()} if atol is None else atol,
             what=f"compiled (fullgraph={fullgraph}) (params, updates, state)")
 
 
 def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else ""
+
+
+def assert_inplace_matches_pure(tx: base.GradientTransformation,
+                                dtype: torch.dtype = torch.float32, steps: int = 5,
+                                params: Any = None, grads: Sequence[Any] | None = None) -> None:
+    """Checks that ``update(..., inplace=True)`` gives the pure path's numbers, in place.
+
+    Runs ``tx.update`` with ``inplace=False`` and ``inplace=True`` side by side: both must give
+    bit-identical updates and states at every step (NaNs in the same places), the pure path
+    must leave its inputs untouched, and the in-place path must write the updates into the
+    incoming tensors and keep its floating-point state buffers (same storage) from step to step.
+
+    Args:
+      tx: a transformation that supports ``inplace=True``.
+      dtype: the dtype of the default params and gradients.
+      steps: number of steps with the default gradients.
+      params: params (:func:`make_tree` by default).
+      grads: one gradient tree per step (random trees like the params by default).
+
+    Raises:
+      AssertionError: naming the step and what differs.
+    """
+    params = make_tree(dtype, seed=0) if params is None else params
+    grads = [make_tree(dtype, seed=i + 1) for i in range(steps)] if grads is None else grads
+
+    def clone(tree: Any) -> Any:
+        return tree_math.tree_map(torch.clone, tree)
+
+    def float_buffers(state: Any) -> list[int]:
+        return [x.data_ptr() for x in tree_math.leaves(state)
+                if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0]
+
+    def same(a: Any, b: Any) -> bool:
+        return torch.equal(a, b) or (a.is_floating_point() and _equal_with_nan(a, b))
+
+    pure_state, inplace_state = tx.init(params), tx.init(params)
+    for step, grad in enumerate(grads):
+        pure_grad, inplace_grad = clone(grad), clone(grad)
+        pure_updates, pure_state = tx.update(pure_grad, pure_state, params)
+        if not all(map(same, tree_math.leaves(pure_grad), tree_math.leaves(grad))):
+            raise AssertionError(f"step {step}: the pure path mutated its updates")
+        buffers = float_buffers(inplace_state)
+        inplace_updates, inplace_state = tx.update(inplace_grad, inplace_state, params,
+                                                   inplace=True)
+        for what, ours, ref in (("updates", inplace_updates, pure_updates),
+                                ("state", inplace_state, pure_state)):
+            ours_leaves, ref_leaves = tree_math.leaves(ours), tree_math.leaves(ref)
+            if len(ours_leaves) != len(ref_leaves) or not all(map(same, ours_leaves,
+                                                                  ref_leaves)):
+                raise AssertionError(f"step {step}: in-place {what} differ from the pure path")
+        if ([u.data_ptr() for u in tree_math.leaves(inplace_updates)]
+                != [g.data_ptr() for g in tree_math.leaves(inplace_grad)]):
+            raise AssertionError(f"step {step}: updates not written in place")
+        if float_buffers(inplace_state) != buffers:
+            raise AssertionError(f"step {step}: state buffers not reused")

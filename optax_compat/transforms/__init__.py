@@ -1,6 +1,6 @@
 """Gradient transformations (mirrors ``optax.transforms``)."""
 
-# Transforms (issue 3)
+# Transforms
 from optax_compat.transforms._accumulation import EmaState, TraceState, ema, trace
 from optax_compat.transforms._adding import AddNoiseState, add_decayed_weights, add_noise
 from optax_compat.transforms._clipping import (
@@ -20,7 +20,7 @@ from optax_compat.transforms._constraining import (
     zero_nans,
 )
 
-# Combinators and wrappers (issue 4)
+# Combinators and wrappers
 # isort: split
 from optax_compat.transforms._accumulation import (
     MultiSteps,

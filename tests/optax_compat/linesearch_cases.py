@@ -19,7 +19,14 @@ import torch
 from optax_compat import apply_updates
 from optax_compat._src import linesearch
 from optax_compat._src.building_blocks import tree_math as tm
-from tests.helpers import assert_close, assert_same_state_types, jax_precision, to_jax, to_torch
+from optax_compat.testing import (
+    Tolerance,
+    assert_leaves_close,
+    assert_same_state_types,
+    jax_precision,
+    to_jax,
+    to_torch,
+)
 
 
 class Problem:
@@ -138,8 +145,8 @@ def run_against_optax(
     *,
     steps: int,
     dtype: torch.dtype = torch.float64,
-    rtol: float = 1e-10,
-    atol: float = 1e-12,
+    rtol: Tolerance = None,
+    atol: Tolerance = None,
     data: Callable[[int], dict[str, torch.Tensor]] | None = None,
     resync: bool = False,
     reuse_value_and_grad: bool = True,
@@ -152,8 +159,9 @@ def run_against_optax(
       problem: the objective.
       steps: number of updates.
       dtype: float32 (JAX in 32-bit mode) or float64 (JAX with x64).
-      rtol: relative tolerance for updates, params and state leaves.
-      atol: absolute tolerance.
+      rtol: relative tolerance for updates, params and state leaves (by default that of the
+        dtype of the values compared; a number or ``{dtype: rtol}`` overrides it).
+      atol: absolute tolerance, likewise.
       data: ``step -> {name: tensor}`` extra arguments of the objective (a batch).
       resync: restart each step of ours from Optax's params and state, so that rounding
         differences are not amplified by chaotic trajectories (e.g. Rosenbrock).
@@ -193,7 +201,7 @@ def run_against_optax(
                 value, grad = ours_value_and_grad(params, state=state, **batch)
             else:
                 value, grad = torch_value_and_grad(counted, params, **batch)
-            assert_close(value, theirs_value, dtype, rtol, atol, what=f"value step {step}")
+            assert_leaves_close(value, theirs_value, rtol, atol, what=f"value step {step}")
             updates, state = ours_tx.update(grad, state, params, value=value, grad=grad,
                                             value_fn=counted, **batch)
             theirs_updates, theirs_state = theirs_update(
@@ -204,11 +212,11 @@ def run_against_optax(
             expected_calls += 0 if evaluations is None else int(evaluations)
             assert counted.calls == expected_calls, f"step {step}: evaluations of value_fn"
             assert_same_state_types(state, theirs_state)
-            assert_close(updates, theirs_updates, dtype, rtol, atol, what=f"updates step {step}")
-            assert_close(state, theirs_state, dtype, rtol, atol, what=f"state step {step}")
+            assert_leaves_close(updates, theirs_updates, rtol, atol, what=f"updates step {step}")
+            assert_leaves_close(state, theirs_state, rtol, atol, what=f"state step {step}")
             params = apply_updates(params, updates)
             theirs_params = optax.apply_updates(theirs_params, theirs_updates)
-            assert_close(params, theirs_params, dtype, rtol, atol, what=f"params step {step}")
+            assert_leaves_close(params, theirs_params, rtol, atol, what=f"params step {step}")
             if resync:
                 params = optree.tree_map(lambda o, t: t.to(o.dtype), params,
                                          to_torch(theirs_params))

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 
 import optax_compat as ox
 from optax_compat._src.building_blocks import tree_math
-from optax_compat.testing import strategies
-from tests.helpers import compare_with_optax, make_tree
+from optax_compat.testing import compare_with_optax, make_tree, strategies
 from tests.optax_compat.combinator_cases import (
     CASES_AND_DTYPES,
     INNER_CASES,
@@ -140,7 +139,7 @@ def test_acc_grads_mismatch_names_the_path():
         tx.update(updates, state)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(strategies.params_and_grads(steps=3), inner_transforms())
 def test_multi_steps_of_one_is_the_transform(params_and_grads, t):
     params, grads = params_and_grads

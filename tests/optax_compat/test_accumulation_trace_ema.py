@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import (
+from optax_compat.testing import (
     assert_inplace_matches_pure,
     compare_with_optax,
     jit_optax,

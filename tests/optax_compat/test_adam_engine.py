@@ -13,8 +13,8 @@ import torch
 import optax_compat
 import torchopt_fn as torchopt
 from optax_compat._src import adam_engine
+from optax_compat.testing import assert_leaves_close, make_tree, to_jax
 from optax_compat.transforms import chain
-from tests.helpers import assert_close, make_tree, to_jax
 
 # Optax op by op and Optax under jax.jit differ by about 2e-7 of the largest update per float32
 # step; the multi-tensor paths stay within twice that. The fused kernel rounds in another order
@@ -34,7 +34,7 @@ def clone(tree: Any) -> Any:
 def assert_within_rounding(ours: Any, reference: Any, dtype: torch.dtype, what: str) -> None:
     """Every leaf within ``KERNEL_ROUNDING`` times the largest reference value (per tree)."""
     scale = max(float(x.abs().max()) for x in leaves(reference) if x.numel())
-    assert_close(ours, reference, dtype, rtol=0, atol=KERNEL_ROUNDING[dtype] * scale, what=what)
+    assert_leaves_close(ours, reference, rtol=0, atol=KERNEL_ROUNDING[dtype] * scale, what=what)
 
 
 def optax_chain(learning_rate: Any, weight_decay: float | None = None,
@@ -89,23 +89,23 @@ def test_kernel_paths_keep_optax_numbers(dtype: torch.dtype, lr: str,
         grads = make_tree(dtype, seed=step + 1, scale=0.1 + step % 3)
         grads_copy, state_copy = clone((grads, fast_state))
         fast_updates, fast_state = fast.update(grads, fast_state, params)
-        assert_close((grads, state_copy), clone((grads_copy, state_copy)), dtype, rtol=0,
+        assert_leaves_close((grads, state_copy), clone((grads_copy, state_copy)), rtol=0,
                      atol=0, what="inputs must be untouched")
         slow_updates, slow_state = slow.update(grads, slow_state, params)
         assert_within_rounding(fast_updates, slow_updates, dtype, f"updates {step}")
-        assert_close(fast_state, slow_state, dtype, what=f"state {step}")
+        assert_leaves_close(fast_state, slow_state, what=f"state {step}")
         assert fast_state[0].count.dtype == torch.int32
         before = leaves(whole_params)
         whole_state = apply_step(whole_params, grads, whole_state)
         assert all(a is b for a, b in zip(before, leaves(whole_params), strict=True))
-        assert_close(grads, grads_copy, dtype, rtol=0, atol=0, what="grads must be untouched")
+        assert_leaves_close(grads, grads_copy, rtol=0, atol=0, what="grads must be untouched")
         new_params = optax_compat.apply_updates(params, slow_updates)
         # The params' own rounding (half an ulp of each) comes on top of the update's.
         scale = max(float(u.abs().max()) for u in leaves(slow_updates))
         ulp = torch.finfo(dtype).eps * max(float(p.abs().max()) for p in leaves(new_params))
-        assert_close(whole_params, new_params, dtype, rtol=0,
+        assert_leaves_close(whole_params, new_params, rtol=0,
                      atol=KERNEL_ROUNDING[dtype] * scale + ulp, what=f"whole step {step}")
-        assert_close(whole_state, slow_state, dtype, what=f"whole-step state {step}")
+        assert_leaves_close(whole_state, slow_state, what=f"whole-step state {step}")
         params = new_params
         whole_params = clone(params)
     assert len(kernel_calls) == 60 and kernel_calls[0] == len(leaves(params))
@@ -221,7 +221,7 @@ def test_every_alias_reads_views_as_their_values(name: str, kind: str) -> None:
         ours = run_with(build_alias(name), params, [clone(g) for g in views], mode, kwargs)
         reference = run_with(build_alias(name), params, [clone(g) for g in packed], mode,
                              kwargs)
-        assert_close(ours, reference, torch.float32, rtol=1e-6, atol=1e-7,
+        assert_leaves_close(ours, reference, rtol=1e-6, atol=1e-7,
                      what=f"{name} {mode}")
 
 
@@ -258,7 +258,7 @@ def test_complex_split_matches_contiguous_parts(mode: str) -> None:
     part_grads = [{"re": g["z"].real.contiguous(), "im": g["z"].imag.contiguous()}
                   for g in grads]
     reference, _ = run_with(optax_compat.adam(0.1), parts, part_grads, mode, {})
-    assert_close({"im": ours["z"].imag, "re": ours["z"].real}, reference, torch.float32,
+    assert_leaves_close({"im": ours["z"].imag, "re": ours["z"].real}, reference,
                  rtol=1e-6, atol=1e-7)
 
 
@@ -320,9 +320,9 @@ def test_inf_moments_match_optax(name: str, mode: str) -> None:
         else:
             updates, ours_state = ours_tx.update(clone(grad), ours_state, ours_params,
                                                  inplace=mode == "inplace")
-            assert_close(updates, theirs_updates, what=f"updates {step}")
+            assert_leaves_close(updates, theirs_updates, what=f"updates {step}")
             ours_params = optax_compat.apply_updates(ours_params, updates)
-        assert_close(ours_params, theirs_params, what=f"params {step}")
+        assert_leaves_close(ours_params, theirs_params, what=f"params {step}")
         if name != "lion" and mode != "inplace":
             # The fused kernel's first moment is a ``lerp``: NaN where Optax's is infinite
             # (after an infinite gradient, whose parameters are NaN in both).
@@ -334,7 +334,7 @@ def test_inf_moments_match_optax(name: str, mode: str) -> None:
             ours_state_compared = (ours_state[0]._replace(mu=None), *ours_state[1:])
         else:
             ours_state_compared = ours_state
-        assert_close(ours_state_compared, theirs_state, what=f"state {step}")
+        assert_leaves_close(ours_state_compared, theirs_state, what=f"state {step}")
         if name != "lion" and mode != "inplace":
             theirs_state = (theirs_state[0]._replace(mu=to_jax(ours_state[0].mu)),
                             *theirs_state[1:])

@@ -5,7 +5,12 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import assert_inplace_matches_pure, compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import (
+    assert_inplace_matches_pure,
+    compare_with_optax,
+    jit_optax,
+    make_tree,
+)
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -17,9 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import optax_compat
-from optax_compat.testing import strategies
-from tests import helpers
-from tests.helpers import compare_with_optax, make_tree
+from optax_compat.testing import ATOL, RTOL, compare_with_optax, make_tree, strategies
 
 ALIASES = (
     "adabelief adadelta adafactor adagrad adam adamax adamaxw adamw adan amsgrad fromage lamb "
@@ -62,6 +60,7 @@ class Case:
     dtypes: tuple[torch.dtype, ...] = (torch.float64,)
     params: Callable[[torch.dtype], Any] | None = None
     rtol: dict[torch.dtype, float] = dataclasses.field(default_factory=dict)
+    atol: dict[torch.dtype, float] = dataclasses.field(default_factory=dict)
 
 
 BOTH = (torch.float32, torch.float64)
@@ -86,6 +85,12 @@ def decay_schedule(lib: Any) -> Any:
 RADAM_FLOAT32_RTOL = {torch.float32: 2e-2}
 # A float32 moment of float64 params is compared at float32 precision.
 FLOAT32_MOMENT = {torch.float64: 1e-6}
+# Schedules return float32 even under x64 (in Optax and here), and fromage turns the learning
+# rate into a weight decay ``1 / sqrt(1 + lr**2) - 1`` in float32: one float32 rounding of that
+# coefficient (the last bit of a float32 ``pow`` differs between CPUs) times the params lands in
+# the float64 updates, which are therefore compared at float32 tolerance.
+FLOAT32_DECAY = {"rtol": {torch.float64: RTOL[torch.float32]},
+                 "atol": {torch.float64: ATOL[torch.float32]}}
 
 
 def polyak_value(step: int) -> dict:
@@ -144,7 +149,7 @@ CASES = [
                       "bias_correction_nu": False, "eps_root": 1e-6}),
     Case("fromage", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("fromage", "schedule", lambda lib: {"learning_rate": decay_schedule(lib),
-                                             "min_norm": 1e-3}),
+                                             "min_norm": 1e-3}, **FLOAT32_DECAY),
     Case("lamb", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
     Case("lamb", "decay_mask", lambda lib: {"learning_rate": 0.1, "weight_decay": 0.1,
                                             "mask": MASK_TREE}),
@@ -219,11 +224,9 @@ ORACLE_PARAMS = [pytest.param(case, dtype, id=f"{case.name}-{case.label}-{str(dt
 
 
 @pytest.mark.parametrize(("case", "dtype"), ORACLE_PARAMS)
-def test_matches_optax(case: Case, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_matches_optax(case: Case, dtype: torch.dtype) -> None:
     import optax
 
-    for loosened_dtype, rtol in case.rtol.items():
-        monkeypatch.setitem(helpers.RTOL, loosened_dtype, rtol)
     params = case.params(dtype) if case.params else make_tree(dtype)
     grads = [make_tree(dtype, seed=step + 1) for step in range(6)]
     if case.params:
@@ -234,7 +237,7 @@ def test_matches_optax(case: Case, dtype: torch.dtype, monkeypatch: pytest.Monke
         ours = getattr(optax_compat, case.name)(**case.kwargs(optax_compat))
         compare_with_optax(ours, lambda: getattr(optax, case.name)(**case.kwargs(optax)),
                            dtype, steps=len(grads), params=params, grads=grads,
-                           extra_args=case.extra_args)
+                           extra_args=case.extra_args, rtol=case.rtol, atol=case.atol)
 
 
 def test_every_alias_has_an_oracle_case() -> None:
@@ -415,7 +418,7 @@ def _signature(state: Any) -> tuple[Any, list[tuple]]:
 
 
 @pytest.mark.parametrize("name", ALIASES)
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15)
 @given(data=st.data())
 def test_state_stable_and_inputs_untouched(name: str, data: st.DataObject) -> None:
     # SM3 keeps one accumulator per axis and rejects 0-d params (as Optax fails on them).

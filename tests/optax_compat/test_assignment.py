@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from optax_compat import assignment
-from tests.helpers import jax_precision
+from optax_compat.testing import jax_precision
 
 SOLVERS = ["hungarian_algorithm", "base_hungarian_algorithm"]
 SHAPES = [(1, 1), (2, 5), (5, 2), (4, 4), (6, 3), (3, 8), (8, 8)]

@@ -9,9 +9,9 @@ import torch
 
 import optax_compat as ox
 from optax_compat import transforms
-from tests.helpers import (
-    assert_close,
+from optax_compat.testing import (
     assert_inplace_matches_pure,
+    assert_leaves_close,
     compare_with_optax,
     jax_precision,
     jit_optax,
@@ -106,7 +106,7 @@ def test_per_example_global_norm_clip_matches_optax(dtype, clip_norm):
     ours = ox.per_example_global_norm_clip(grads, clip_norm)
     with jax_precision(dtype):
         theirs = jax.jit(optax.per_example_global_norm_clip)(to_jax(grads), clip_norm)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
     assert ours[1].dtype == torch.int32
 
 
@@ -119,7 +119,7 @@ def test_per_example_layer_norm_clip_matches_optax(dtype, uniform):
         theirs = jax.jit(optax.per_example_layer_norm_clip, static_argnames="uniform")(
             to_jax(grads), 1.2, uniform=uniform)
     assert isinstance(ours, tuple) and len(ours) == 2
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 def test_per_example_clip_docstring_example_with_integers():
@@ -148,8 +148,8 @@ def test_per_example_clip_needs_a_shared_batch_axis(clip_fn):
                                         ((2, 3, 4), (0, 2)), ((), None)])
 def test_unitwise_norm_matches_optax(shape, axis):
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
-    assert_close(transforms.unitwise_norm(x, axis),
-                 optax.transforms.unitwise_norm(jnp.asarray(x.numpy()), axis))
+    assert_leaves_close(transforms.unitwise_norm(x, axis),
+                        optax.transforms.unitwise_norm(jnp.asarray(x.numpy()), axis))
 
 
 def test_unitwise_norm_rejects_rank_six_without_axis():
@@ -162,8 +162,8 @@ def test_unitwise_clip_matches_optax_and_checks_shapes():
     grad = torch.randn(3, 4, generator=generator)
     g_norm = transforms.unitwise_norm(grad)
     max_norm = torch.full((3, 4), 1.0)
-    assert_close(transforms.unitwise_clip(g_norm, max_norm, grad),
-                 optax.transforms.unitwise_clip(*(jnp.asarray(t.numpy())
+    assert_leaves_close(transforms.unitwise_clip(g_norm, max_norm, grad),
+                        optax.transforms.unitwise_clip(*(jnp.asarray(t.numpy())
                                                   for t in (g_norm, max_norm, grad))))
     with pytest.raises(ValueError, match="shape"):
         transforms.unitwise_clip(g_norm, torch.ones(4), grad)

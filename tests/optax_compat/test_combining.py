@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 import optax_compat as ox
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
-from optax_compat.testing import strategies
-from tests.helpers import compare_with_optax, make_tree
+from optax_compat.testing import compare_with_optax, make_tree, strategies
 from tests.optax_compat.combinator_cases import (
     CASES_AND_DTYPES,
     INNER_CASES,
@@ -158,7 +157,7 @@ def test_chain_with_a_wrong_state_says_to_call_init():
         tx.update(make_tree(), (), make_tree())
 
 
-LAW_SETTINGS = settings(max_examples=20, deadline=None)
+LAW_SETTINGS = settings(max_examples=20)
 
 
 @LAW_SETTINGS

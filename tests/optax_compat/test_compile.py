@@ -14,8 +14,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat.testing import check_compilable
-from tests.helpers import make_tree
+from optax_compat.testing import check_compilable, make_tree
 
 ALIASES = (
     "adabelief adadelta adafactor adagrad adam adamax adamaxw adamw adan amsgrad fromage lamb "

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 DTYPES = [torch.float32, torch.float64]
 tm = ox.tree_utils._tree_math.tm

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import optax_compat
-from tests.helpers import make_tree
+from optax_compat.testing import make_tree
 
 
 def gradient(params: Any) -> Any:

@@ -25,7 +25,7 @@ import torch
 import optax_compat as optax
 from optax_compat._src import base
 from optax_compat._src.building_blocks import tree_math
-from tests.helpers import make_tree
+from optax_compat.testing import make_tree
 from tests.optax_compat.test_alias import ALIASES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,10 +12,17 @@ import torch
 from optax_compat import apply_updates
 from optax_compat._src import alias, base, lbfgs, linesearch
 from optax_compat._src.building_blocks import tree_math
-from tests.helpers import compare_with_optax, jax_precision, jit_optax, make_tree
+from optax_compat.testing import (
+    assert_leaves_close,
+    compare_with_optax,
+    jax_precision,
+    jit_optax,
+    make_tree,
+)
 from tests.optax_compat.linesearch_cases import PROBLEMS, run_against_optax
 
 F64 = torch.float64
+LINESEARCH_RTOL = {F64: 1e-9}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
@@ -27,6 +34,28 @@ def test_scale_by_lbfgs_matches_optax_on_random_trees(dtype, memory_size, scale_
         lambda: jit_optax(optax.scale_by_lbfgs(memory_size=memory_size,
                                                scale_init_precond=scale_init_precond)),
         dtype, steps=6)
+
+
+def test_a_leaf_that_changes_shape_is_a_value_error_as_in_optax():
+    # scale_by_distance_over_gradients turns a 0-d parameter into a vector (in Optax too):
+    # at the next step the L-BFGS memory, made for a 0-d leaf, cannot take it.
+    def chain(module):
+        return module.chain(module.scale_by_lbfgs(), module.scale_by_distance_over_gradients())
+
+    def run(module, params):
+        tx = chain(module)
+        state = tx.init(params)
+        for _ in range(2):
+            updates, state = tx.update(params, state, params)
+            params = module.apply_updates(params, updates)
+
+    import optax_compat
+
+    with pytest.raises(ValueError, match="Cannot broadcast"):
+        run(optax, {"w": np.float32(1.0)})
+    with pytest.raises(ValueError, match=r"at \['w'\] has shape \(1,\) in the updates and "
+                                         r"\(1,\) in the params, but \(\) at init"):
+        run(optax_compat, {"w": torch.tensor(1.0)})
 
 
 # (case, build(module) -> solver, problem, steps, resync). Rosenbrock's trajectory is chaotic:
@@ -199,16 +228,17 @@ def test_lbfgs_on_complex_params_matches_optax(use_zoom):
                                                          value=theirs_value, grad=theirs_grad)
             params = apply_updates(params, updates)
             theirs_params = optax.apply_updates(theirs_params, theirs_updates)
-            np.testing.assert_allclose(params.numpy(), np.asarray(theirs_params), rtol=1e-9,
-                                       err_msg=f"params step {step}")
+            # A line search on a complex objective: float64 values agree to 1e-9.
+            assert_leaves_close(params, theirs_params, rtol=LINESEARCH_RTOL, atol=0.0,
+                                what=f"params step {step}")
             ours_search, theirs_search = state[2], theirs_state[2]
             assert int(ours_search.info.num_linesearch_steps) == int(
                 theirs_search.info.num_linesearch_steps)
-            np.testing.assert_allclose(ours_search.learning_rate.numpy(),
-                                       np.asarray(theirs_search.learning_rate), rtol=1e-9)
+            assert_leaves_close(ours_search.learning_rate, theirs_search.learning_rate,
+                                rtol=LINESEARCH_RTOL, atol=0.0)
             if use_zoom:
-                np.testing.assert_allclose(ours_search.grad.numpy(),
-                                           np.conj(np.asarray(theirs_search.grad)), rtol=1e-9)
+                assert_leaves_close(ours_search.grad, np.conj(np.asarray(theirs_search.grad)),
+                                    rtol=LINESEARCH_RTOL, atol=0.0)
         assert fn(params) < 0.01 * fn(torch.tensor([1 - 1j, 0 + 1j], dtype=torch.complex128))
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import assert_close, jax_precision, make_tree, to_jax
+from optax_compat.testing import assert_leaves_close, jax_precision, make_tree, to_jax
 from tests.optax_compat.combinator_cases import CASES_AND_DTYPES, INNER_CASES, jitted
 
 
@@ -23,18 +23,18 @@ def test_lookahead_matches_optax_across_synchronisations(case, dtype, reset_stat
                                            reset_state=reset_state))
         theirs_params = optax.LookaheadParams.init_synced(to_jax(params.fast))
         ours_state, theirs_state = ours_tx.init(params), theirs_tx.init(theirs_params)
-        assert_close(ours_state, theirs_state, dtype, what="init state")
+        assert_leaves_close(ours_state, theirs_state, what="init state")
         for step in range(8):
             grads = make_tree(dtype, seed=step + 1)
             ours_updates, ours_state = ours_tx.update(grads, ours_state, params)
             theirs_updates, theirs_state = theirs_tx.update(to_jax(grads), theirs_state,
                                                             theirs_params)
             assert type(ours_updates) is ox.LookaheadParams
-            assert_close(ours_updates, theirs_updates, dtype, what=f"updates step {step}")
-            assert_close(ours_state, theirs_state, dtype, what=f"state step {step}")
+            assert_leaves_close(ours_updates, theirs_updates, what=f"updates step {step}")
+            assert_leaves_close(ours_state, theirs_state, what=f"state step {step}")
             params = ox.apply_updates(params, ours_updates)
             theirs_params = optax.apply_updates(theirs_params, theirs_updates)
-            assert_close(params, theirs_params, dtype, what=f"params step {step}")
+            assert_leaves_close(params, theirs_params, what=f"params step {step}")
     # After 8 steps (synchronised at 3 and 6) the step counter is 8 mod 3.
     assert int(ours_state.steps_since_sync) == 2
 

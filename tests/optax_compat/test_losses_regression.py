@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import optax_compat.losses as losses
-from tests.helpers import compare_function_with_optax, seeded_randn
+from optax_compat.testing import compare_function_with_optax, seeded_randn
 
 DTYPES = [torch.float32, torch.float64]
 

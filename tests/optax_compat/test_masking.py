@@ -8,8 +8,7 @@ from hypothesis import given, settings
 
 import optax_compat as ox
 from optax_compat._src.building_blocks import tree_math
-from optax_compat.testing import strategies
-from tests.helpers import compare_with_optax, make_tree
+from optax_compat.testing import compare_with_optax, make_tree, strategies
 from tests.optax_compat.combinator_cases import (
     CASES_AND_DTYPES,
     INNER_CASES,
@@ -102,7 +101,7 @@ def test_masked_is_pure():
     ox.testing.assert_trees_all_close(grads, before, rtol=0, atol=0)
 
 
-LAW_SETTINGS = settings(max_examples=20, deadline=None)
+LAW_SETTINGS = settings(max_examples=20)
 
 
 @LAW_SETTINGS

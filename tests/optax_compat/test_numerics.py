@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import jax_precision
+from optax_compat.testing import assert_leaves_close, jax_precision
 
 
 @pytest.mark.parametrize("min_norm", [0.0, 0.5, 100.0])
@@ -19,7 +19,7 @@ def test_safe_norm_matches_optax(min_norm, ord, axis, keepdims):
     with jax_precision(torch.float64):
         theirs = optax.safe_norm(jnp.asarray(x), min_norm, ord=ord, axis=axis, keepdims=keepdims)
     ours = ox.safe_norm(torch.tensor(x), min_norm, ord=ord, axis=axis, keepdims=keepdims)
-    np.testing.assert_allclose(ours.numpy(), np.asarray(theirs), rtol=1e-10)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("fn", ["safe_norm", "safe_root_mean_squares"])
@@ -37,8 +37,7 @@ def test_safe_root_mean_squares_matches_optax(min_rms):
     x = np.random.default_rng(1).normal(size=(5,))
     with jax_precision(torch.float64):
         theirs = optax.safe_root_mean_squares(jnp.asarray(x), min_rms)
-    np.testing.assert_allclose(ox.safe_root_mean_squares(torch.tensor(x), min_rms).numpy(),
-                               np.asarray(theirs), rtol=1e-10)
+    assert_leaves_close(ox.safe_root_mean_squares(torch.tensor(x), min_rms), theirs)
 
 
 @pytest.mark.parametrize("dtype,value", [(torch.int32, 5), (torch.int32, 2**31 - 1),
@@ -74,7 +73,7 @@ def test_multi_normal_log_prob_matches_optax():
         theirs = optax.multi_normal(jnp.asarray(loc), jnp.asarray(log_scale)).log_prob(
             jnp.asarray(x))
     ours = ox.multi_normal(torch.tensor(loc), torch.tensor(log_scale)).log_prob(torch.tensor(x))
-    np.testing.assert_allclose(ours.numpy(), np.asarray(theirs), rtol=1e-10)
+    assert_leaves_close(ours, theirs)
 
 
 def test_multi_normal_samples_have_the_right_moments():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 
 import hypothesis.strategies as st
-import numpy as np
 import optree
 import pytest
 import torch
@@ -14,7 +13,7 @@ from hypothesis import given, settings
 from optax_compat import projections as proj
 from optax_compat import tree_utils
 from optax_compat._src.building_blocks import tree_math
-from tests.helpers import assert_close, jax_precision, make_tree, to_jax
+from optax_compat.testing import assert_leaves_close, jax_precision, make_tree, to_jax
 
 DTYPES = [torch.float32, torch.float64]
 RADIUS_PROJECTIONS = ["projection_simplex", "projection_l1_ball", "projection_l1_sphere",
@@ -66,7 +65,7 @@ def test_values_and_gradients_match_optax(index, dtype):
     weights = weights if isinstance(args[0], dict) else weights["layer"]["w"]
     with jax_precision(dtype):
         theirs_args = to_jax(args)
-        assert_close(ours_fn(*args), theirs_fn(*theirs_args), dtype, what=name)
+        assert_leaves_close(ours_fn(*args), theirs_fn(*theirs_args), what=name)
         if dtype != torch.float64:
             return  # gradients are compared once, in float64 (JAX's eager tracing is slow)
         # The gradient of <weights, projection(x)> with respect to x.
@@ -77,7 +76,7 @@ def test_values_and_gradients_match_optax(index, dtype):
         theirs_grad = jax.grad(
             lambda x: optax_tree_vdot(theirs_weights, theirs_fn(x, *theirs_args[1:])))(
                 theirs_args[0])
-        assert_close(list(ours_grad), jax.tree.leaves(theirs_grad), dtype, what=f"{name} grad")
+        assert_leaves_close(list(ours_grad), jax.tree.leaves(theirs_grad), what=f"{name} grad")
         assert jnp.isfinite(ours_loss.detach().numpy())
 
 
@@ -101,7 +100,7 @@ def test_gradient_with_respect_to_scale_matches_optax(name):
         theirs_fn = getattr(optax_projections(), name)
         theirs = jax.grad(lambda s: optax_tree_vdot(to_jax(weights), theirs_fn(to_jax(x), s)))(
             0.9)
-    np.testing.assert_allclose(ours.numpy(), np.asarray(theirs), rtol=1e-10)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("name", [
@@ -236,7 +235,7 @@ def project(name, tree, scale):
     return getattr(proj, name)(tree, scale)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=25)
 @given(values=vectors, other=vectors, scale=st.floats(0.1, 5.0),
        name=st.sampled_from([*CONVEX, "projection_non_negative", "projection_l1_sphere",
                              "projection_l2_sphere"]))
@@ -255,7 +254,7 @@ def test_projection_properties(values, other, scale, name):
         assert (flat(px) - flat(py)).norm() <= (flat(x) - flat(y)).norm() + 1e-9
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=25)
 @given(values=vectors, other=vectors, b=st.floats(-5, 5))
 def test_affine_projection_properties(values, other, b):
     size = min(len(values), len(other))

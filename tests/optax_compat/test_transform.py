@@ -13,12 +13,13 @@ import torch
 import optax_compat
 from optax_compat._src import base
 from optax_compat._src import transform as T
-from tests.helpers import (
+from optax_compat.testing import (
     assert_inplace_matches_pure,
     compare_with_optax,
     jit_optax,
     make_tree,
 )
+from tests.optax_compat.combinator_cases import CASES_AND_DTYPES, INNER_CASES, jitted
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -477,3 +478,11 @@ def test_nan_gradients_stay_nan_through_sign(name, kwargs):
                        grads=grads)
     if name != "rprop":  # rprop has no in-place path
         assert_inplace_matches_pure(ours, torch.float64, steps=3, grads=grads)
+
+
+@pytest.mark.parametrize(("case", "dtype"), CASES_AND_DTYPES[:2])
+def test_apply_every_matches_optax(case, dtype):
+    ours, theirs = INNER_CASES[case]
+    compare_with_optax(optax_compat.chain(ours(), T.apply_every(3)),
+                       lambda: jitted(optax.chain(theirs(), optax.apply_every(3))), dtype,
+                       steps=7)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import assert_close, jax_precision, make_tree, to_jax
+from optax_compat.testing import assert_leaves_close, jax_precision, make_tree, to_jax
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -26,14 +26,14 @@ def _both(dtype, fn_name, *trees, **kwargs):
 def test_binary_ops(dtype, name):
     a, b = make_tree(dtype, 1), make_tree(dtype, 2)
     ours, theirs = _both(dtype, name, a, b)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tree_add_many(dtype):
     ours, theirs = _both(dtype, "tree_add", make_tree(dtype, 1), make_tree(dtype, 2),
                          make_tree(dtype, 3))
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -43,10 +43,10 @@ def test_scale_and_add_scale(dtype, scalar):
     with jax_precision(dtype):
         theirs_scale = optax.tree_utils.tree_scale(scalar, to_jax(a))
         theirs_add = optax.tree_utils.tree_add_scale(to_jax(a), scalar, to_jax(b))
-    assert_close(ox.tree_utils.tree_scale(scalar, a), theirs_scale, dtype)
-    assert_close(ox.tree_utils.tree_add_scale(a, scalar, b), theirs_add, dtype)
-    assert_close(ox.tree_utils.tree_add_scale(a, torch.tensor(scalar, dtype=dtype), b),
-                 theirs_add, dtype)
+    assert_leaves_close(ox.tree_utils.tree_scale(scalar, a), theirs_scale)
+    assert_leaves_close(ox.tree_utils.tree_add_scale(a, scalar, b), theirs_add)
+    assert_leaves_close(ox.tree_utils.tree_add_scale(a, torch.tensor(scalar, dtype=dtype), b),
+                        theirs_add)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -54,7 +54,7 @@ def test_scale_and_add_scale(dtype, scalar):
                                   "tree_real", "tree_zeros_like", "tree_ones_like"])
 def test_unary(dtype, name):
     ours, theirs = _both(dtype, name, make_tree(dtype, 4))
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -62,7 +62,7 @@ def test_unary(dtype, name):
 @pytest.mark.parametrize("squared", [False, True])
 def test_tree_norm(dtype, ord, squared):
     ours, theirs = _both(dtype, "tree_norm", make_tree(dtype, 5), ord=ord, squared=squared)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 def test_tree_norm_rejects_unknown_ord():
@@ -73,7 +73,7 @@ def test_tree_norm_rejects_unknown_ord():
 def test_tree_norm_complex():
     tree = {"z": torch.tensor([3 + 4j, 1j], dtype=torch.complex128)}
     ours, theirs = _both(torch.float64, "tree_norm", tree)
-    assert_close(ours, theirs, torch.float64)
+    assert_leaves_close(ours, theirs)
 
 
 def test_empty_tree_reductions():
@@ -87,16 +87,16 @@ def test_empty_tree_reductions():
 def test_fill_clip_batch_where(dtype):
     tree = make_tree(dtype, 6)
     ours, theirs = _both(dtype, "tree_full_like", tree, 2.5)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
     ours, theirs = _both(dtype, "tree_clip", tree, -0.5, 0.25)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
     ours, theirs = _both(dtype, "tree_clip", tree, None, 0.1)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
     ours, theirs = _both(dtype, "tree_batch_shape", tree, shape=(2, 3))
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
     for condition in (True, False):
         ours, theirs = _both(dtype, "tree_where", condition, tree, make_tree(dtype, 7))
-        assert_close(ours, theirs, dtype)
+        assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -105,9 +105,9 @@ def test_moments(dtype, order):
     g, m = make_tree(dtype, 8), make_tree(dtype, 9, scale=0.1)
     for name in ("tree_update_moment", "tree_update_moment_per_elem_norm"):
         ours, theirs = _both(dtype, name, g, m, 0.9, order)
-        assert_close(ours, theirs, dtype)
+        assert_leaves_close(ours, theirs)
     ours, theirs = _both(dtype, "tree_update_infinity_moment", g, m, 0.9, 1e-8)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -117,7 +117,7 @@ def test_bias_correction(dtype, count):
     with jax_precision(dtype):
         theirs = optax.tree_utils.tree_bias_correction(to_jax(m), 0.999, np.int32(count))
     ours = ox.tree_utils.tree_bias_correction(m, 0.999, torch.tensor(count, dtype=torch.int32))
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
 
 
 def test_allclose_and_casting():
@@ -201,7 +201,7 @@ def test_tree_get_all_with_path_matches_optax():
         with jax_precision(torch.float64):
             theirs = optax.tree_utils.tree_get_all_with_path(to_jax(state), key)
         assert [tuple(map(str, p)) for p, _ in ours] == [tuple(map(str, p)) for p, _ in theirs]
-        assert_close([v for _, v in ours], [v for _, v in theirs], torch.float64)
+        assert_leaves_close([v for _, v in ours], [v for _, v in theirs])
 
 
 def test_tree_get_and_set_match_optax():
@@ -215,7 +215,7 @@ def test_tree_get_and_set_match_optax():
     new = ox.tree_utils.tree_set(state, learning_rate=torch.tensor(0.5, dtype=torch.float64))
     with jax_precision(torch.float64):
         theirs = optax.tree_utils.tree_set(to_jax(state), learning_rate=np.float64(0.5))
-    assert_close(new, theirs, torch.float64)
+    assert_leaves_close(new, theirs)
     assert type(new) is Outer and state.hyperparams["learning_rate"].item() == pytest.approx(0.1)
     counted = ox.tree_utils.tree_set(state, only_outer, count=torch.tensor(0))
     assert counted.inner.count.item() == 0 and counted.other[0].count.item() == 5
@@ -255,4 +255,4 @@ def test_tree_map_params_on_real_optimizer_states_matches_optax(factory):
         theirs = optax.tree_utils.tree_map_params(
             theirs_tx, lambda p: p + 1, theirs_tx.init(to_jax(params)),
             transform_non_params=lambda v: v * 0)
-    assert_close(ours, theirs, torch.float64)
+    assert_leaves_close(ours, theirs)

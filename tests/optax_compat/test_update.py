@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from tests.helpers import assert_close, jax_precision, make_tree, to_jax
+from optax_compat.testing import assert_leaves_close, jax_precision, make_tree, to_jax
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -17,7 +17,7 @@ def test_apply_updates_matches_optax_and_keeps_param_dtype(dtype):
     with jax_precision(dtype):
         theirs = optax.apply_updates(to_jax(params), to_jax(updates))
     ours = ox.apply_updates(params, updates)
-    assert_close(ours, theirs, dtype)
+    assert_leaves_close(ours, theirs)
     assert all(leaf.dtype == dtype for leaf in ox.tree_utils._tree_math.tm.leaves(ours))
 
 
@@ -40,7 +40,7 @@ def test_incremental_update_matches_optax(dtype, step_size):
     new, old = make_tree(dtype, 0), make_tree(dtype, 1)
     with jax_precision(dtype):
         theirs = optax.incremental_update(to_jax(new), to_jax(old), step_size)
-    assert_close(ox.incremental_update(new, old, step_size), theirs, dtype)
+    assert_leaves_close(ox.incremental_update(new, old, step_size), theirs)
 
 
 @pytest.mark.parametrize("steps", [0, 3, 4, 8])
@@ -48,4 +48,4 @@ def test_periodic_update_matches_optax(steps):
     new, old = make_tree(seed=0), make_tree(seed=1)
     theirs = optax.periodic_update(to_jax(new), to_jax(old), np.int32(steps), 4)
     ours = ox.periodic_update(new, old, torch.tensor(steps, dtype=torch.int32), 4)
-    assert_close(ours, theirs)
+    assert_leaves_close(ours, theirs)

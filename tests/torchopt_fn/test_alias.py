@@ -9,6 +9,7 @@ import torch
 
 import torchopt_fn as torchopt
 from optax_compat._src.building_blocks import tree_math
+from optax_compat.testing import assert_trees_all_close
 from torchopt_fn import _graph_tags
 
 ALIASES = {
@@ -57,10 +58,9 @@ def test_inplace_and_pure_updates_agree(name, dtype):
         updates, inplace_state = tx.update(grads, inplace_state, params=params, inplace=True)
         params = torchopt.apply_updates(params, updates, inplace=True)
         pure_params = torchopt.apply_updates(pure_params, pure_updates, inplace=False)
-        for ours, reference in zip(tree_math.leaves(params), tree_math.leaves(pure_params),
-                                   strict=True):
-            torch.testing.assert_close(ours, reference, rtol=1e-6 if dtype == torch.float32
-                                       else 1e-14, atol=1e-7 if dtype == torch.float32 else 1e-15)
+        assert_trees_all_close(params, pure_params,
+                               rtol={torch.float32: 1e-6, torch.float64: 1e-14},
+                               atol={torch.float32: 1e-7, torch.float64: 1e-15})
 
 
 def test_rmsprop_keeps_pytorch_epsilon_placement():

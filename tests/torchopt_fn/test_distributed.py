@@ -316,7 +316,7 @@ def test_partitioner_pickles(set_world):
     assert _rows(restored(x)) == _rows(partitioner(x))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(batch=st.integers(1, 12), size=st.integers(1, 4), exclusive=st.booleans(),
        keepdim=st.booleans(), dim=st.sampled_from([0, 1, -1]))
 def test_partitions_cover_the_batch_in_order(batch, size, exclusive, keepdim, dim):

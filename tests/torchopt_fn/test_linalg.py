@@ -36,7 +36,7 @@ def coupled_operator(b_tree, seed: int, min_eig: float, max_eig: float):
     return (lambda tree: unravel(matrix @ ravel(tree))), matrix, ravel
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(b=strategies.pytrees(dtypes=(DTYPE,), max_leaves=4), seed=st.integers(0, 2**16),
        condition=st.floats(1.0, 1e3))
 def test_cg_solves_random_spd_tree_systems(b, seed, condition):
@@ -125,7 +125,7 @@ def test_cg_is_differentiable_through_its_iterations():
                                rtol=1e-8, atol=1e-10)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15)
 @given(b=strategies.pytrees(dtypes=(DTYPE,), max_leaves=4, min_value=-1, max_value=1),
        seed=st.integers(0, 2**16), max_eig=st.floats(1.5, 20.0))
 def test_ns_converges_when_the_spectral_radius_allows(b, seed, max_eig):

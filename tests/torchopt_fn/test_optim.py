@@ -8,10 +8,8 @@ import pytest
 import torch
 
 import torchopt_fn as torchopt
+from optax_compat.testing import tolerance
 from tests.torchopt_fn.models import mlp
-
-TOLERANCES = {torch.float32: dict(rtol=1e-5, atol=1e-6),
-              torch.float64: dict(rtol=1e-10, atol=1e-12)}
 
 # (ours, torch's, keyword arguments common to both)
 CASES = [
@@ -68,7 +66,7 @@ def test_matches_torch_optim(ours, theirs, kwargs, dtype):
         train_step(model, optimizer, step, dtype)
         train_step(reference, reference_optimizer, step, dtype)
         for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(p, q, **TOLERANCES[dtype])
+            torch.testing.assert_close(p, q, **tolerance(p, q)._asdict())
 
 
 @pytest.mark.parametrize(("ours", "theirs", "kwargs"), CASES, ids=IDS)
@@ -100,7 +98,7 @@ def test_fused_and_foreach_adam_share_their_state():
         train_step(model, fused, step, torch.float64)
         train_step(reference, foreach, step, torch.float64)
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p, q, **TOLERANCES[torch.float64])
+        torch.testing.assert_close(p, q, **tolerance(p, q)._asdict())
 
 
 def test_param_groups_match_torch_optim():
@@ -116,7 +114,7 @@ def test_param_groups_match_torch_optim():
         train_step(reference, reference_optimizer, step, torch.float64)
     assert len(optimizer.state_dict()["param_groups"]) == 2
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p, q, **TOLERANCES[torch.float64])
+        torch.testing.assert_close(p, q, **tolerance(p, q)._asdict())
 
 
 def test_step_with_closure_returns_loss_and_zero_grad_set_to_none():
@@ -201,7 +199,7 @@ def test_parameters_without_grad_are_skipped_as_by_torch_optim(ours, theirs, kwa
             else:
                 train_step(net, opt, step, torch.float64)
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p, q, **TOLERANCES[torch.float64])
+        torch.testing.assert_close(p, q, **tolerance(p, q)._asdict())
 
 
 @pytest.mark.parametrize("use_accelerated_op", [False, True])

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optax_compat.testing import strategies
+from optax_compat.testing import strategies, tolerance
 from torchopt_fn import pytree
 
 Pair = namedtuple("Pair", ["left", "right"])
@@ -50,8 +50,8 @@ def _assert_trees_close(actual, expected):
     assert optree.tree_structure(actual) == optree.tree_structure(expected)
     for a, e in zip(optree.tree_leaves(actual), optree.tree_leaves(expected)):
         assert a.dtype == e.dtype
-        tolerance = 1e-12 if a.dtype == torch.float64 else 1e-6
-        torch.testing.assert_close(a, e, rtol=tolerance, atol=tolerance)
+        levels = {torch.float32: 1e-6, torch.float64: 1e-12}
+        torch.testing.assert_close(a, e, **tolerance(a, e, rtol=levels, atol=levels)._asdict())
 
 
 @st.composite
@@ -62,7 +62,7 @@ def _three_trees(draw):
     return x, draw(strategies.matching_trees(x)), draw(strategies.matching_trees(x))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(trees=_three_trees(), alpha=st.floats(-3, 3))
 def test_arithmetic_matches_leafwise_operators(trees, alpha):
     x, y, z = trees

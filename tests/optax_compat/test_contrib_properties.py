@@ -1,4 +1,5 @@
-"""Properties shared by the contrib (part B) transformations: no host sync, differentiable."""
+"""Properties of the contrib momo, reduce_on_plateau, schedule_free, mechanize, sam and sophia
+transformations: no host sync, differentiable, in-place requests, tensor hyperparameters."""
 
 import optax
 import pytest
@@ -14,7 +15,7 @@ from optax_compat.contrib import (
     _schedule_free,
     _sophia,
 )
-from tests.helpers import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 
 def _squared_gradients():

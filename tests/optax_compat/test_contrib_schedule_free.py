@@ -6,8 +6,8 @@ import torch
 
 import optax_compat as ox
 from optax_compat.contrib import _schedule_free
-from tests.helpers import (
-    assert_close,
+from optax_compat.testing import (
+    assert_leaves_close,
     compare_with_optax,
     jax_precision,
     jit_optax,
@@ -22,9 +22,9 @@ def _compare_with_eval_params(ours_tx, theirs_tx, dtype, steps=6):
     ours, theirs = compare_with_optax(ours_tx, lambda: jit_optax(theirs_tx()), dtype, steps)
     params = make_tree(dtype, seed=42)
     with jax_precision(dtype):
-        assert_close(_schedule_free.schedule_free_eval_params(ours, params),
-                     optax.contrib.schedule_free_eval_params(theirs, to_jax(params)), dtype,
-                     what="eval params")
+        assert_leaves_close(_schedule_free.schedule_free_eval_params(ours, params),
+                            optax.contrib.schedule_free_eval_params(theirs, to_jax(params)),
+                            what="eval params")
     return ours
 
 

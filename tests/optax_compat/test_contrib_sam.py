@@ -8,8 +8,8 @@ import torch
 
 import optax_compat as ox
 from optax_compat.contrib import _sam
-from tests.helpers import (
-    assert_close,
+from optax_compat.testing import (
+    assert_leaves_close,
     assert_same_state_types,
     compare_with_optax,
     jax_precision,
@@ -77,8 +77,8 @@ def test_opaque_sam_matches_optax(adversary, sync_period, reset_state, dtype):
                                                       params, grad_fn=_torch_grad)
             theirs_updates, theirs_state = theirs_update(_jax_grad(theirs_params, 0),
                                                          theirs_state, theirs_params)
-            assert_close(ours_updates, theirs_updates, dtype, what=f"updates step {step}")
-            assert_close(ours_state, theirs_state, dtype, what=f"state step {step}")
+            assert_leaves_close(ours_updates, theirs_updates, what=f"updates step {step}")
+            assert_leaves_close(ours_state, theirs_state, what=f"state step {step}")
             assert_same_state_types(ours_state, theirs_state)
             params = ox.apply_updates(params, ours_updates)
             theirs_params = optax.apply_updates(theirs_params, theirs_updates)

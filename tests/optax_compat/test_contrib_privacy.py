@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from optax_compat.contrib import _privacy
-from tests.helpers import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 BATCH = 4
 

@@ -1,5 +1,6 @@
-"""Contrib part B with the rest of the library: dtypes, inject_hyperparams, MultiSteps
-(the checks of Optax's ``contrib/_common_test.py`` and ``_schedule_free_test.py``)."""
+"""The contrib momo, schedule_free, sophia, mechanize, reduce_on_plateau and sam with the rest
+of the library: dtypes, inject_hyperparams, MultiSteps (the checks of Optax's
+``contrib/_common_test.py`` and ``_schedule_free_test.py``)."""
 
 import functools
 import inspect

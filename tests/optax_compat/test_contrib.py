@@ -1,7 +1,10 @@
-"""Part A of ``optax_compat.contrib`` against real Optax, step by step, plus purity and gradients.
+"""The ``optax_compat.contrib`` optimizers against real Optax from one case table, step by step,
+plus purity and gradients.
 
-Covers acprop, ademamix, simplified_ademamix, adopt, cocob, dadapt_adamw, dog, dowg, madgrad,
-prodigy (and their ``scale_by_*`` transforms) and split_real_and_imaginary.
+Covers the modules ``_acprop``, ``_ademamix`` (ademamix, simplified_ademamix), ``_adopt``,
+``_cocob``, ``_dadapt_adamw``, ``_dog`` (dog, dowg), ``_madgrad``, ``_prodigy`` (with their
+``scale_by_*`` transforms) and ``_complex_valued`` (split_real_and_imaginary). The other contrib
+modules have a test file each (``test_contrib_<module>.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ import pytest
 import torch
 
 import optax_compat
-from tests import helpers
-from tests.helpers import compare_with_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 MODULES = {
     "acprop": "_acprop", "scale_by_acprop": "_acprop",
@@ -177,7 +179,7 @@ def test_matches_optax(case: Case, dtype: torch.dtype) -> None:
     tx = ours(case.name)(**case.kwargs(optax_compat))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # float16 moments in JAX
-        wrap = helpers.jit_optax if case.jit else (lambda tx: tx)
+        wrap = jit_optax if case.jit else (lambda tx: tx)
         compare_with_optax(tx, lambda: wrap(theirs(case.name)(**case.kwargs(optax))),
                            dtype, steps=STEPS, grads=grads_for(dtype))
 
@@ -236,7 +238,7 @@ def test_split_real_and_imaginary_matches_optax(label: str, inner: Callable,
     del label
     tx = ours("split_real_and_imaginary")(inner(optax_compat))
     compare_with_optax(
-        tx, lambda: helpers.jit_optax(theirs("split_real_and_imaginary")(inner(optax))),
+        tx, lambda: jit_optax(theirs("split_real_and_imaginary")(inner(optax))),
         dtype, steps=4, params=complex_tree(dtype, 0),
         grads=[complex_tree(dtype, step + 1) for step in range(4)])
 
@@ -251,7 +253,7 @@ COMPLEX_DIRECT = [("acprop", {"learning_rate": 0.1}), ("ademamix", {"learning_ra
 @pytest.mark.parametrize(("name", "kwargs"), COMPLEX_DIRECT, ids=[n for n, _ in COMPLEX_DIRECT])
 def test_complex_params_match_optax(name: str, kwargs: dict) -> None:
     dtype = torch.float64
-    compare_with_optax(ours(name)(**kwargs), lambda: helpers.jit_optax(theirs(name)(**kwargs)),
+    compare_with_optax(ours(name)(**kwargs), lambda: jit_optax(theirs(name)(**kwargs)),
                        dtype, steps=3, params=complex_tree(dtype, 0),
                        grads=[complex_tree(dtype, step + 1) for step in range(3)])
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from optax_compat.contrib import _reduce_on_plateau
-from tests.helpers import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 # Improves, plateaus (reductions), improves again, then plateaus down to the minimum scale.
 VALUES = [5.0, 4.0, 4.0, 4.0, 4.0, 4.0, 3.0, 3.0, 2.9999, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0,

@@ -11,7 +11,13 @@ import torch
 import optax_compat as ox
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.experimental import aggregating
-from tests.helpers import assert_close, compare_with_optax, jax_precision, jit_optax, make_tree
+from optax_compat.testing import (
+    assert_leaves_close,
+    compare_with_optax,
+    jax_precision,
+    jit_optax,
+    make_tree,
+)
 
 theirs_aggregating = optax.experimental.aggregating
 DTYPES = [torch.float32, torch.float64]
@@ -129,9 +135,8 @@ def test_add_mean_variance_to_opt_matches_optax_with_unbiased_statistics(
             optax.sgd(0.1), ema_decay, accumulation_steps=accumulation_steps)),
         dtype, steps=steps, grads=grads, params=params)
     with jax_precision(dtype):
-        assert_close(aggregating.get_unbiased_mean_and_variance_ema(ours_state),
-                     theirs_aggregating.get_unbiased_mean_and_variance_ema(theirs_state),
-                     dtype)
+        assert_leaves_close(aggregating.get_unbiased_mean_and_variance_ema(ours_state),
+                            theirs_aggregating.get_unbiased_mean_and_variance_ema(theirs_state))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -145,8 +150,8 @@ def test_mean_and_variance_are_the_batch_statistics(dtype):
     mean, variance = aggregating.get_unbiased_mean_and_variance_ema(state)
     expected_mean = tree_math.tree_map(lambda g: g.mean(0), grads)
     expected_variance = tree_math.tree_map(lambda g: g.var(0, correction=1), grads)
-    assert_close(mean, expected_mean, dtype)
-    assert_close(variance, expected_variance, dtype)
+    assert_leaves_close(mean, expected_mean)
+    assert_leaves_close(variance, expected_variance)
 
     halves = aggregating.add_mean_variance_to_opt(ox.sgd(0.1), 0.0, accumulation_steps=2)
     state = halves.init(params)
@@ -155,10 +160,10 @@ def test_mean_and_variance_are_the_batch_statistics(dtype):
                                  params)
     accumulated_mean, accumulated_variance = aggregating.get_unbiased_mean_and_variance_ema(
         state)
-    assert_close(accumulated_mean, expected_mean, dtype)
+    assert_leaves_close(accumulated_mean, expected_mean)
     # Optax computes ``1 / (sample_size - 1)`` from an int32 sample size, in float32 even in
     # 64-bit mode (the comparison with Optax above checks that we do the same).
-    assert_close(accumulated_variance, expected_variance, dtype, rtol=1e-6)
+    assert_leaves_close(accumulated_variance, expected_variance, rtol=1e-6)
 
 
 def test_process_keeps_the_postprocessor_state_until_ready_without_host_sync():

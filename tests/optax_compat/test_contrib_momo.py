@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from optax_compat.contrib import _momo
-from tests.helpers import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import compare_with_optax, jit_optax, make_tree
 
 DTYPES = [torch.float32, torch.float64]
 
