@@ -43,11 +43,27 @@ class FusedOptimizer(NamedTuple):
       init: ``init(params) -> state``, the same state as the matching pure alias.
       step: ``step(params, grads, state) -> state``: applies one optimizer step by writing into
         ``params`` and the buffers of ``state`` (which is returned, mutated). ``grads`` are
-        only read.
+        only read; a ``None`` gradient leaves its parameter and state entries untouched.
     """
 
     init: base.TransformInitFn
     step: StepFn
+
+
+def _tolerating_none(step: StepFn) -> StepFn:
+    """``step`` on the parameters whose gradient is not ``None`` (see ``bb.none_gradients``)."""
+
+    def step_present(params: base.Params, grads: base.Updates,
+                     state: base.OptState) -> base.OptState:
+        plan = bb.pruning(grads)
+        if plan is None:
+            return step(params, grads, state)
+        hidden_params, hidden_state = plan.params(params), plan.state(state)
+        if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
+            return step(params, grads, state)
+        return plan.restore(state, step(hidden_params, grads, hidden_state))
+
+    return step_present
 
 
 def adam(
@@ -88,7 +104,7 @@ def adam(
         buffers.step(adam_state.count, lr, b1, b2, eps, weight_decay=0.0)
         return state
 
-    return FusedOptimizer(pure.init, step)
+    return FusedOptimizer(pure.init, _tolerating_none(step))
 
 
 def adamw(
@@ -137,7 +153,7 @@ def adamw(
         buffers.step(adam_state.count, lr, b1, b2, eps, weight_decay=decay)
         return state
 
-    return FusedOptimizer(pure.init, step)
+    return FusedOptimizer(pure.init, _tolerating_none(step))
 
 
 def _check_supported(learning_rate: Any, b1: Any, b2: Any, eps: Any, eps_root: Any,

@@ -14,6 +14,25 @@ __all__ = ["flip_sign_and_add_weight_decay", "scale_by_neg_lr", "tag_alias_steps
            "check_learning_rate"]
 
 
+_use_chain_flat = True
+
+
+def _set_use_chain_flat(use_chain_flat: bool) -> None:
+    """TorchOpt's private switch between ``chain_flat`` (its default) and ``chain`` in the aliases.
+
+    Accepted so that code calling it runs; the aliases here always compose with
+    :func:`torchopt_fn.chain` (the state mirrors the params tree), whose numbers are those of
+    both TorchOpt modes. The value is only recorded, for :func:`_get_use_chain_flat`.
+    """
+    global _use_chain_flat
+    _use_chain_flat = bool(use_chain_flat)
+
+
+def _get_use_chain_flat() -> bool:
+    """The value last given to :func:`_set_use_chain_flat` (``True`` by default)."""
+    return _use_chain_flat
+
+
 def check_learning_rate(lr: ScalarOrSchedule) -> None:
     """Raises ``ValueError`` for a negative constant learning rate."""
     if not (callable(lr) or lr >= 0.0):
@@ -56,6 +75,10 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
             if maximize:
                 torch._foreach_neg_(grads)
             if weight_decay != 0.0:
+                # Gradients outside any graph take the parameters' values only (TorchOpt adds
+                # ``p.data``): recording the addition would fail on gradients that are views.
+                if not tree_math.is_recording(grads):
+                    weights = [w.detach() for w in weights]
                 torch._foreach_add_(grads, weights, alpha=weight_decay)
             return updates, state
         if maximize:
