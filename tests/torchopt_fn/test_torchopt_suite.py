@@ -86,12 +86,15 @@ def test_torchopt_own_suite_passes_on_torchopt_fn(tmp_path: Path) -> None:
                                           os.environ.get("PYTHONPATH", "")]),
            "SUITE_ALIAS_TORCHOPT": "1", "SUITE_SAMPLE": str(SAMPLE), "SUITE_REPORT": str(report),
            "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(suite),
-         "-p", "suite_plugin", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-q", "--tb=line", "-W", "ignore::DeprecationWarning", str(suite)],
-        cwd=suite, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
-    assert report.exists(), f"the suite did not run:\n{(result.stdout + result.stderr)[-3000:]}"
+    command = [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(suite),
+               "-p", "suite_plugin", "-p", "no:randomly", "-p", "no:cacheprovider",
+               "-p", "no:xdist", "-q", "--tb=line", "-W", "ignore::DeprecationWarning", str(suite)]
+    try:
+        output = subprocess.run(command, cwd=suite, env=env, capture_output=True, text=True,
+                                timeout=TIMEOUT_SECONDS).stdout
+    except subprocess.TimeoutExpired as expired:
+        output = f"timed out after {TIMEOUT_SECONDS} s\n{expired.stdout or ''}"
+    assert report.exists(), f"the suite did not run:\n{output[-3000:]}"
     outcomes = json.loads(report.read_text())
     expected = _expected_passing()
     passed = {test for test in expected if outcomes.get(test) == "passed"}
@@ -101,5 +104,5 @@ def test_torchopt_own_suite_passes_on_torchopt_fn(tmp_path: Path) -> None:
     assert not unexpected, (
         f"{figure}; failing here ({len(unexpected)}):\n"
         + "\n".join(f"{test}: {outcomes.get(test, 'not run')}" for test in unexpected)
-        + f"\n{result.stdout[-5000:]}")
+        + f"\n{output[-5000:]}")
     assert len(passed) >= 0.99 * len(expected), figure

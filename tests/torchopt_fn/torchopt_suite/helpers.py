@@ -17,11 +17,10 @@ from collections.abc import Iterable
 import numpy as np
 import pytest
 import torch
+import torchopt
 from torch import nn
 from torch.testing._comparison import get_tolerances
 from torch.utils import data
-
-import torchopt
 
 BATCH_SIZE = 64
 NUM_UPDATES = 5
@@ -92,7 +91,7 @@ def get_model() -> nn.Module:
 def get_models(
     device: torch.types.Device | None = None, dtype: torch.dtype = torch.float32
 ) -> tuple[nn.Module, nn.Module, nn.Module, data.DataLoader]:
-    """Three identical models (under test, reference, initial) and a loader of NUM_UPDATES batches."""
+    """Three identical models (under test, reference, initial); a loader of NUM_UPDATES batches."""
     seed_everything(42)
     base = get_model().to(dtype=dtype)
     for name, param in base.named_parameters():
@@ -141,7 +140,10 @@ def assert_model_all_close(
     equal_nan: bool = False,
 ) -> None:
     """Compare parameters and buffers (integer buffers cast to ``dtype``) against the reference."""
-    params, buffers = (model.parameters(), model.buffers()) if isinstance(model, nn.Module) else model
+    if isinstance(model, nn.Module):
+        params, buffers = model.parameters(), model.buffers()
+    else:
+        params, buffers = model
     kwargs = {'rtol': rtol, 'atol': atol, 'equal_nan': equal_nan}
     for p, p_ref, p_base in zip(params, model_ref.parameters(), model_base.parameters()):
         assert_all_close(p, p_ref, base=p_base, **kwargs)

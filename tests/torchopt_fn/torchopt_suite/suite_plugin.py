@@ -7,7 +7,7 @@ Environment:
 * ``SUITE_SAMPLE=k``: keep the collected tests whose CRC-32 of the node id is 0 modulo k, and
   at least one parametrization of every test function (a deterministic sample that does not
   depend on collection order).
-* ``SUITE_REPORT=path``: write ``{node id: outcome}`` as JSON at the end of the session.
+* ``SUITE_REPORT=path``: write ``{node id: outcome}`` as JSON, updated after every test.
 
 Node ids are used without the memory addresses that some parametrization ids contain.
 """
@@ -90,10 +90,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         nodeid = stable_id(report.nodeid)
         if _OUTCOMES.get(nodeid, 'passed') == 'passed':
             _OUTCOMES[nodeid] = report.outcome
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
     path = os.environ.get('SUITE_REPORT')
-    if path:
+    if path and report.when == 'teardown':  # after every test, so a timeout loses nothing
         with open(path, 'w') as f:
             json.dump(_OUTCOMES, f, indent=0, sort_keys=True)
