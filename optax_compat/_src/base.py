@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 import torch
 
 from optax_compat._src.building_blocks import inplace, none_gradients, tree_math
+from optax_compat._src.building_blocks.state import NO_PARAMS_MSG as NO_PARAMS_MSG
 
 PyTree = Any
 Shape = Sequence[int]
