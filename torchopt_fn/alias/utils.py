@@ -6,7 +6,12 @@ import torch
 
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
-from torchopt_fn.base import EmptyState, GradientTransformation, identity
+from torchopt_fn.base import (
+    ChainedGradientTransformation,
+    EmptyState,
+    GradientTransformation,
+    identity,
+)
 from torchopt_fn.transform import scale, scale_by_schedule
 from torchopt_fn.typing import Numeric, OptState, Params, ScalarOrSchedule, Updates
 
@@ -129,4 +134,10 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
                                step=_step_count(new_state), state=state)
         return new_updates, new_state
 
-    return GradientTransformation(tx.init, update_fn)
+    tagged = GradientTransformation(tx.init, update_fn)
+    if isinstance(tx, ChainedGradientTransformation):
+        # TorchOpt's aliases are chains; keep the type and the chained transformations (which
+        # a further chain splices in, untagged).
+        tagged = tuple.__new__(ChainedGradientTransformation, tagged)
+        tagged.transformations = tx.transformations
+    return tagged

@@ -28,6 +28,7 @@ of a call; the transformations it calls skip the check. A ``None`` stands for on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import operator
@@ -43,6 +44,7 @@ from optax_compat._src.building_blocks import tree_math as tm
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
 
 _MARK = "tolerates_none"
+_WRAPPER = "_tolerating_none"
 
 
 class _Scope(threading.local):
@@ -170,11 +172,15 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
 
     ``update_fn`` is called ``update_fn(updates, state, *args, **kwargs)`` with ``params`` as the
     first of ``args`` (Optax's convention) or as the keyword ``params`` (TorchOpt's). Wrapped
-    functions are returned unchanged; markers set on ``update_fn`` (such as in-place support)
-    are kept.
+    functions are returned unchanged, and a function is wrapped once (two transformations built
+    from the same functions compare equal); markers set on ``update_fn`` (such as in-place
+    support) are kept.
     """
     if getattr(update_fn, _MARK, False):
         return update_fn
+    wrapped = getattr(update_fn, _WRAPPER, None)
+    if wrapped is not None:  # one wrapper per function: pairs built from it compare equal
+        return wrapped
 
     @functools.wraps(update_fn)
     def update(updates: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
@@ -198,6 +204,8 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
         return plan.updates(new_updates), plan.restore(state, new_state)
 
     setattr(update, _MARK, True)
+    with contextlib.suppress(AttributeError):  # bound methods take no attributes
+        setattr(update_fn, _WRAPPER, update)
     return update  # type: ignore[return-value]
 
 
