@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from optax_compat._src.building_blocks import tree_math
@@ -82,9 +84,9 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
             if weight_decay != 0.0:
                 # Gradients outside any graph take the parameters' values only (TorchOpt adds
                 # ``p.data``): recording the addition would fail on gradients that are views.
-                if not tree_math.is_recording(grads):
-                    weights = [w.detach() for w in weights]
-                torch._foreach_add_(grads, weights, alpha=weight_decay)
+                with (contextlib.nullcontext() if tree_math.is_recording(grads)
+                      else torch.no_grad()):
+                    torch._foreach_add_(grads, weights, alpha=weight_decay)
             return updates, state
         if maximize:
             grads = tree_math.neg(grads)
