@@ -9,8 +9,10 @@ convention, forwarding ``inplace`` as the extra argument ``optax_compat``'s hot 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.base import EmptyState
 
 if TYPE_CHECKING:
@@ -50,16 +52,32 @@ class TransformUpdateFn(Protocol):
         """Returns the transformed updates and the new state."""
 
 
-class GradientTransformation(NamedTuple):
+class _InitUpdatePair(NamedTuple):
+    init: TransformInitFn
+    update: TransformUpdateFn
+
+
+class GradientTransformation(_InitUpdatePair):
     """A pair of functions ``(init, update)`` transforming gradients, TorchOpt's calling convention.
+
+    A ``None`` gradient gives a ``None`` update and leaves that parameter's state untouched, in
+    every transformation (``update`` is wrapped at construction, see
+    :mod:`optax_compat._src.building_blocks.none_gradients`).
 
     Attributes:
       init: builds the initial state from example parameters.
       update: ``update(updates, state, *, params=None, inplace=True) -> (updates, state)``.
     """
 
-    init: TransformInitFn
-    update: TransformUpdateFn
+    __slots__ = ()
+
+    def __new__(cls, init: TransformInitFn, update: TransformUpdateFn) -> GradientTransformation:
+        """Builds the pair; ``update`` gets the ``None``-gradient semantics."""
+        return super().__new__(cls, init, bb.tolerates_none(update))
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> GradientTransformation:
+        return cls(*iterable)
 
     def chain(self, next: GradientTransformation) -> ChainedGradientTransformation:
         """Returns the transformation applying ``self`` then ``next``."""

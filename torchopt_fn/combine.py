@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn.base import ChainedGradientTransformation, GradientTransformation, identity
 from torchopt_fn.typing import OptState, Params, Updates
@@ -44,8 +45,11 @@ def chain_flat(*transformations: GradientTransformation) -> GradientTransformati
 
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
-        flat_updates, spec = tree_math.flatten(updates)
-        flat_params = None if params is None else tree_math.leaves(params)
+        if params is None:
+            flat_updates, spec = tree_math.flatten(updates)
+            flat_params = None
+        else:  # a None gradient keeps its place in the list (see GradientTransformation)
+            flat_params, spec, flat_updates, _ = bb.present_pairs(params, updates)
         flat_updates, state = inner.update(flat_updates, state, params=flat_params,
                                            inplace=inplace)
         return tree_math.unflatten(spec, flat_updates), state

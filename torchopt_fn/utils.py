@@ -175,8 +175,9 @@ def extract_state_dict(
       visual_prefix: prefix of the parameter names in ``visual_contents``.
 
     Returns:
-      A :class:`ModuleState` for a module; for a meta-optimizer, its ``state_dict()`` with each
-      tensor replicated as ``by`` says.
+      A :class:`ModuleState` for a module; for a meta-optimizer, the tuple of its group states
+      (as in TorchOpt: the NamedTuple states themselves) with each tensor replicated as ``by``
+      says.
     """
     replicate = _replicator(by, device)
     if isinstance(target, nn.Module):
@@ -193,7 +194,8 @@ def extract_state_dict(
         )
     if isinstance(target, _meta_optimizer_class()):
         return tree_math.tree_map(
-            lambda t: replicate(t) if isinstance(t, torch.Tensor) else t, target.state_dict())
+            lambda t: replicate(t) if isinstance(t, torch.Tensor) else t,
+            tuple(target.state_groups))
     raise RuntimeError(f"Unexpected class of {target}")
 
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src.building_blocks import inplace, tree_math
+from optax_compat._src.building_blocks import inplace, none_gradients, tree_math
 from optax_compat._src.building_blocks.state import NO_PARAMS_MSG as NO_PARAMS_MSG
 
 PyTree = Any
@@ -64,8 +64,17 @@ class TransformUpdateExtraArgsFn(Protocol):
         """Returns the transformed updates and the new state."""
 
 
-class GradientTransformation(NamedTuple):
+class _InitUpdatePair(NamedTuple):
+    init: TransformInitFn
+    update: TransformUpdateFn
+
+
+class GradientTransformation(_InitUpdatePair):
     """A pair of pure functions ``(init, update)`` that transforms gradients.
+
+    ``update`` is wrapped at construction with the ``None``-gradient semantics of
+    :mod:`optax_compat._src.building_blocks.none_gradients` (a PyTorch extension: a ``None``
+    gradient gives a ``None`` update and leaves that parameter's state as it was).
 
     Attributes:
       init: builds the initial state from example parameters.
@@ -73,8 +82,15 @@ class GradientTransformation(NamedTuple):
         mutating any of its inputs.
     """
 
-    init: TransformInitFn
-    update: TransformUpdateFn
+    __slots__ = ()
+
+    def __new__(cls, init: TransformInitFn, update: TransformUpdateFn) -> GradientTransformation:
+        """Builds the pair; ``update`` gets the ``None``-gradient semantics."""
+        return super().__new__(cls, init, none_gradients.tolerates_none(update))
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> GradientTransformation:
+        return cls(*iterable)
 
 
 class GradientTransformationExtraArgs(GradientTransformation):
@@ -84,6 +100,8 @@ class GradientTransformationExtraArgs(GradientTransformation):
     supports it (see :mod:`optax_compat._src.building_blocks.inplace`); otherwise it is dropped
     at the entry, so a wrapper that keeps an old state never passes the request on.
     """
+
+    __slots__ = ()
 
     update: TransformUpdateExtraArgsFn
 

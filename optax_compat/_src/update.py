@@ -5,11 +5,14 @@ from __future__ import annotations
 import torch
 
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._src.building_blocks import none_gradients, tree_math
 
 
 def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:
     """Returns ``params + updates``, leaf by leaf, keeping each parameter's dtype.
+
+    A ``None`` update in place of a tensor (a ``None`` gradient, see
+    :mod:`optax_compat._src.building_blocks.none_gradients`) leaves that parameter unchanged.
 
     Args:
       params: a tree of parameters.
@@ -21,14 +24,15 @@ def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:
     Raises:
       ValueError: if the trees differ in structure (naming the first differing path).
     """
-    param_leaves, spec = tree_math.flatten(params)
-    update_leaves, update_spec = tree_math.flatten(updates)
-    if update_spec != spec:
-        raise ValueError("The structure of updates does not match the params: "
-                         f"{tree_math.first_difference(params, updates, 'params', 'updates')}.")
-    new = tree_math.add(param_leaves, update_leaves)
-    return tree_math.unflatten(spec, [n if n.dtype == p.dtype else n.to(p.dtype)
-                                      for n, p in zip(new, param_leaves)])
+    param_leaves, spec, update_leaves, present = none_gradients.present_pairs(params, updates)
+    if present is None:
+        present = range(len(param_leaves))
+    sums = tree_math.add([param_leaves[i] for i in present], [update_leaves[i] for i in present])
+    new_leaves = list(param_leaves)
+    for i, new in zip(present, sums):
+        p = param_leaves[i]
+        new_leaves[i] = new if new.dtype == p.dtype else new.to(p.dtype)
+    return tree_math.unflatten(spec, new_leaves)
 
 
 def incremental_update(new_tensors: base.Params, old_tensors: base.Params,

@@ -314,7 +314,7 @@ class MultiSteps:
         """
         self._opt = base.with_extra_args_support(opt)
         # A skipped or accumulating mini-step keeps the old inner state: never update in place.
-        self.update = bb.without_inplace_request(self.update)
+        self.update = bb.tolerates_none(bb.without_inplace_request(self.update))
         is_int = (isinstance(every_k_schedule, numbers.Integral)
                   and not isinstance(every_k_schedule, bool))
         if not (is_int or callable(every_k_schedule)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -70,7 +71,10 @@ def add_decayed_weights(
         grads, spec = tm.flatten(updates)
         param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
         if inplace and tm.same_dtypes(grads, param_leaves):
-            tm.add_scaled_(grads, rate, param_leaves)
+            # Gradients outside any graph take the parameters' values only: recording the
+            # addition would also fail on gradients that are views made by autograd.
+            with contextlib.nullcontext() if tm.is_recording(grads) else torch.no_grad():
+                tm.add_scaled_(grads, rate, param_leaves)
             return updates, new_state
         return tm.unflatten(spec, tm.add_scaled(grads, rate, param_leaves)), new_state
 

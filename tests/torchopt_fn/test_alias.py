@@ -221,9 +221,11 @@ def test_schedules_follow_torchopt_signatures():
 
 def test_accelerated_op_reports_the_fused_path():
     assert torchopt.accelerated_op_available("cpu") is True
+    assert torchopt.accelerated_op_available(["cpu", "meta"]) is True
     assert torchopt.accelerated_op.fast_path("cpu") == "fused"
     if not torch.cuda.is_available():
-        assert torchopt.accelerated_op_available("cuda") is False
+        assert torchopt.accelerated_op_available() is False
+        assert torchopt.accelerated_op_available(["cpu", 0]) is False
         assert torchopt.accelerated_op.fast_path("cuda") == "foreach"
 
 

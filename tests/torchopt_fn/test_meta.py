@@ -153,14 +153,31 @@ def test_short_maml_training_lowers_post_adaptation_loss(functional):
     assert after < 0.85 * before  # about 0.75 with these seeds
 
 
-def test_step_on_loss_not_using_all_parameters_names_them():
+def test_step_on_loss_not_using_all_parameters_keeps_them_and_their_state():
     net = torch.nn.ModuleDict({"used": torch.nn.Linear(2, 1), "unused": torch.nn.Linear(2, 1)})
-    optimizer = torchopt.MetaSGD(net, lr=0.1)
-    loss = net["used"](torch.ones(3, 2)).sum()
-    with pytest.raises(RuntimeError, match=r"unused\.bias, unused\.weight"):
-        optimizer.step(loss)
-    with pytest.raises(RuntimeError, match=r"used\.weight"):
+    unused_before = [p.detach().clone() for p in net["unused"].parameters()]
+    optimizer = torchopt.MetaAdam(net, lr=0.1)
+    for _ in range(2):
+        optimizer.step(net["used"](torch.ones(3, 2)).sum())
+    for param, before in zip(net["unused"].parameters(), unused_before):
+        torch.testing.assert_close(param, before, rtol=0, atol=0)
+    (adam_state, *_), = optimizer.state_groups
+    # Leaves in modules() order: used.weight, used.bias, unused.weight, unused.bias.
+    assert [bool(m.abs().sum() > 0) for m in adam_state.mu] == [True, True, False, False]
+    assert int(adam_state.count) == 2
+    with pytest.raises(RuntimeError, match="does not require grad"):
         optimizer.step(torch.tensor(1.0))
+
+
+def test_func_optimizer_leaves_unused_leaves_and_their_state():
+    params = {"used": torch.tensor([1.0, 2.0], requires_grad=True),
+              "unused": torch.tensor([3.0], requires_grad=True)}
+    optimizer = torchopt.FuncOptimizer(torchopt.adam(lr=0.1))
+    new = optimizer.step((params["used"] ** 2).sum(), params)
+    assert new["unused"] is params["unused"]
+    assert not torch.equal(new["used"], params["used"])
+    adam_state = optimizer.optim_state[0]
+    torch.testing.assert_close(adam_state.mu["unused"], torch.zeros(1), rtol=0, atol=0)
 
 
 def test_inplace_functional_step_through_graph_raises_instead_of_losing_meta_gradient():

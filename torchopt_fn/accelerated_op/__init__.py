@@ -6,7 +6,7 @@ through ``optax_compat``'s Adam engine) for the in-place steps of :class:`torcho
 :class:`torchopt_fn.AdamW`, and TorchOpt's backward (0 where the first moment is 0) for
 differentiable ones. Every other step, and every differentiable one, runs on the
 multi-tensor ``torch._foreach_*`` kernels of :mod:`optax_compat`. :func:`is_available` tells
-whether the fused kernel runs on the given devices; :func:`fast_path` names the path.
+whether the accelerated path runs on the given devices; :func:`fast_path` names its kernels.
 """
 
 from __future__ import annotations
@@ -22,18 +22,33 @@ from torchopt_fn.typing import Device
 __all__ = ["AdamOp", "is_available", "fast_path"]
 
 
+def _as_device(device: Device) -> torch.device:
+    # ``torch.device(0)`` asks for the current accelerator, which fails where there is none.
+    return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+
+
 def _as_devices(devices: Device | Iterable[Device] | None) -> list[torch.device]:
     if devices is None:
-        return [torch.device("cpu")] + (
-            [torch.device("cuda")] if torch.cuda.is_available() else [])
+        return [torch.device("cuda"), torch.device("cpu")]
     if isinstance(devices, (torch.device, str, int)):
-        return [torch.device(devices)]
-    return [torch.device(d) for d in devices]
+        return [_as_device(devices)]
+    return [_as_device(d) for d in devices]
+
+
+def _present(device: torch.device) -> bool:
+    """Whether tensors can be created on ``device`` (CUDA needs a GPU)."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return False
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def _fused_adam_runs_on(device: torch.device) -> bool:
     """Whether one fused Adam step on a small tensor succeeds on ``device``."""
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if not _present(device):
         return False
     ones = [torch.ones(2, device=device) for _ in range(4)]
     try:
@@ -46,15 +61,19 @@ def _fused_adam_runs_on(device: torch.device) -> bool:
 
 
 def is_available(devices: Device | Iterable[Device] | None = None) -> bool:
-    """Whether ``use_accelerated_op=True`` gets the fused Adam kernel on every one of ``devices``.
+    """Whether ``use_accelerated_op=True`` runs on every one of ``devices``, as in TorchOpt.
+
+    The accelerated path runs wherever tensors can be created: on PyTorch's fused Adam kernel
+    where it exists, else on the multi-tensor kernels (see :func:`fast_path`). As TorchOpt's
+    (whose compiled kernel is absent here), the answer is ``False`` only for CUDA without a GPU.
 
     Args:
-      devices: a device or devices to check; ``None`` checks the CPU and, if present, CUDA.
+      devices: a device or devices to check; ``None`` checks CUDA and the CPU.
 
     Returns:
-      ``True`` if a small fused Adam step succeeds on every device.
+      ``True`` if every device is usable.
     """
-    return all(_fused_adam_runs_on(device) for device in _as_devices(devices))
+    return all(_present(device) for device in _as_devices(devices))
 
 
 def fast_path(device: Device | None = None) -> str:
@@ -67,5 +86,5 @@ def fast_path(device: Device | None = None) -> str:
       ``"fused"`` (PyTorch's fused Adam kernel) where it runs, else ``"foreach"``
       (multi-tensor kernels, also the path of every differentiable step).
     """
-    return "fused" if is_available(torch.device("cpu" if device is None else device)) \
+    return "fused" if _fused_adam_runs_on(torch.device("cpu" if device is None else device)) \
         else "foreach"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -11,12 +12,36 @@ from optax_compat._src import adam_engine
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
-from torchopt_fn.base import EmptyState, GradientTransformation, identity
+from torchopt_fn.base import (
+    ChainedGradientTransformation,
+    EmptyState,
+    GradientTransformation,
+    identity,
+)
 from torchopt_fn.transform import scale, scale_by_schedule
 from torchopt_fn.typing import Numeric, OptState, Params, ScalarOrSchedule, Updates
 
 __all__ = ["flip_sign_and_add_weight_decay", "scale_by_neg_lr", "tag_alias_steps",
            "check_learning_rate", "on_adam_engine"]
+
+
+_use_chain_flat = True
+
+
+def _set_use_chain_flat(use_chain_flat: bool) -> None:
+    """TorchOpt's private switch between ``chain_flat`` (its default) and ``chain`` in the aliases.
+
+    Accepted so that code calling it runs; the aliases here always compose with
+    :func:`torchopt_fn.chain` (the state mirrors the params tree), whose numbers are those of
+    both TorchOpt modes. The value is only recorded, for :func:`_get_use_chain_flat`.
+    """
+    global _use_chain_flat
+    _use_chain_flat = bool(use_chain_flat)
+
+
+def _get_use_chain_flat() -> bool:
+    """The value last given to :func:`_set_use_chain_flat` (``True`` by default)."""
+    return _use_chain_flat
 
 
 def check_learning_rate(lr: ScalarOrSchedule) -> None:
@@ -63,7 +88,11 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
             if maximize:
                 torch._foreach_neg_(grads)
             if weight_decay != 0.0:
-                torch._foreach_add_(grads, weights, alpha=weight_decay)
+                # Gradients outside any graph take the parameters' values only (TorchOpt adds
+                # ``p.data``): recording the addition would fail on gradients that are views.
+                with (contextlib.nullcontext() if tree_math.is_recording(grads)
+                      else torch.no_grad()):
+                    torch._foreach_add_(grads, weights, alpha=weight_decay)
             return updates, state
         if maximize:
             grads = tree_math.neg(grads)
@@ -113,7 +142,21 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
                                step=_step_count(new_state), state=state)
         return new_updates, new_state
 
-    return GradientTransformation(tx.init, update_fn)
+    return _keeping_chain_type(tx, GradientTransformation(tx.init, update_fn))
+
+
+def _keeping_chain_type(tx: GradientTransformation,
+                        wrapped: GradientTransformation) -> GradientTransformation:
+    """``wrapped`` (``tx`` with a new ``update``) as a chain when ``tx`` is one.
+
+    TorchOpt's aliases are chains; the type and the chained transformations are kept (a further
+    chain splices those in, without the wrapper).
+    """
+    if not isinstance(tx, ChainedGradientTransformation):
+        return wrapped
+    chained = tuple.__new__(ChainedGradientTransformation, wrapped)
+    chained.transformations = tx.transformations
+    return chained
 
 
 def on_adam_engine(tx: GradientTransformation, b1: float, b2: float, eps: float, eps_root: float,
@@ -134,5 +177,5 @@ def on_adam_engine(tx: GradientTransformation, b1: float, b2: float, eps: float,
                      inplace: bool) -> tuple[Updates, OptState]:
         return tx.update(updates, state, params=params, inplace=inplace)
 
-    return GradientTransformation(
-        tx.init, adam_engine.alias_update(hp, terms, chain_update, with_params))
+    return _keeping_chain_type(tx, GradientTransformation(
+        tx.init, adam_engine.alias_update(hp, terms, chain_update, with_params)))

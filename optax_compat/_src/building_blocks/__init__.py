@@ -6,6 +6,8 @@
 * :mod:`.state` — creating state buffers from params and reading them back, checked.
 * :mod:`.moments` — moving averages and bias corrections (Adam and relatives).
 * :mod:`.inplace` — the opt-in in-place path and how the request travels.
+* :mod:`.none_gradients` — ``None`` gradients (PyTorch's unused parameters), for every
+  transformation at once.
 
 A transformation in five lines (Optax's shape, run on foreach kernels)::
 
@@ -38,6 +40,12 @@ from optax_compat._src.building_blocks.numbers import (
     is_one,
     is_zero,
 )
+from optax_compat._src.building_blocks.none_gradients import (
+    Pruning,
+    present_pairs,
+    pruning,
+    tolerates_none,
+from optax_compat._src.building_blocks.numbers import is_number, is_one, is_zero
 from optax_compat._src.building_blocks.state import (
     NO_PARAMS_MSG,
     device_of,

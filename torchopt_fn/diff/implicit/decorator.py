@@ -226,9 +226,16 @@ def _custom_root(
         flat_args = _FlatArguments(args, kwargs)
         if torch.is_grad_enabled() and any(t.requires_grad for t in flat_args.tensors()):
             # One evaluation, so that a residual not shaped like the solution fails here rather
-            # than in backward. Only shapes are compared: no host synchronisation.
+            # than in backward. Only shapes are compared: no host synchronisation. An
+            # optimality_fn that raises is left to backward, where TorchOpt first calls it: code
+            # that never differentiates the solution must keep running.
             with torch.no_grad():
-                _check_residual(optimality_fn(solution, *args[1:], **kwargs), solution)
+                try:
+                    residual = optimality_fn(solution, *args[1:], **kwargs)
+                except Exception:  # raised again by backward, if a gradient is ever asked for
+                    residual = None
+            if residual is not None:
+                _check_residual(residual, solution)
 
         rule = _ImplicitRule(optimality_fn, solve, argnums, flat_args, solution_treespec)
         outputs = attach_vjp([leaf.detach() for leaf in solution_leaves], flat_args.tensors(),

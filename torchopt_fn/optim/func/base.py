@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import optree
 import torch
 
 from optax_compat._src.building_blocks import tree_math
@@ -44,20 +43,15 @@ class FuncOptimizer:
         Returns:
           The new parameters, with the structure of ``params``.
 
-        Raises:
-          RuntimeError: naming the leaves of ``params`` that ``loss`` does not depend on.
+        A leaf that ``loss`` does not depend on has a ``None`` gradient: it is returned
+        unchanged and keeps its optimizer state (as ``torch.optim`` skips it).
         """
         if isinstance(self.optim_state, UninitializedState):
             self.optim_state = self.impl.init(params)
         if inplace is None:
             inplace = self.inplace
-        paths, leaves, treespec = optree.tree_flatten_with_path(
-            params, none_is_leaf=tree_math.NONE_IS_LEAF, namespace=tree_math.NAMESPACE)
+        leaves, treespec = tree_math.flatten(params)
         grads = torch.autograd.grad(loss, leaves, create_graph=True, allow_unused=True)
-        unused = [str(path) for path, grad in zip(paths, grads, strict=True) if grad is None]
-        if unused:
-            raise RuntimeError("FuncOptimizer.step: the loss does not depend on the parameters "
-                               f"at paths {', '.join(unused)}.")
         updates, self.optim_state = self.impl.update(
             tree_math.unflatten(treespec, list(grads)), self.optim_state, params=params,
             inplace=inplace)

@@ -21,12 +21,6 @@ from torchopt_fn.utils import extract_module_containers
 __all__ = ["MetaOptimizer"]
 
 
-def _parameter_names(module: nn.Module) -> list[tuple[str, ...]]:
-    """For each non-empty ``_parameters`` dict of ``module`` (``modules()`` order), its names."""
-    return [tuple(f"{prefix}.{key}" if prefix else key for key in submodule._parameters)
-            for prefix, submodule in module.named_modules() if submodule._parameters]
-
-
 class MetaOptimizer:
     """Updates a module's parameters out of place, so that the updates can be differentiated.
 
@@ -46,7 +40,6 @@ class MetaOptimizer:
         self.impl: GradientTransformation = as_transformation(impl)
         self.param_containers_groups: list[ModuleTensorContainers] = []
         self.state_groups: list[OptState] = []
-        self._parameter_name_groups: list[list[str]] = []
         self._step_count = 0
         self.add_param_group(module)
 
@@ -66,10 +59,6 @@ class MetaOptimizer:
                 "differentiable step needs the loss's graph to reach them. Wrap the module "
                 "with DistributedDataParallel instead (each rank keeps whole parameters).")
         self.param_containers_groups.append(containers)
-        names = _parameter_names(module)
-        self._parameter_name_groups.append(tree_math.leaves(tuple(
-            dict(zip(container, container_names, strict=True))
-            for container, container_names in zip(containers, names, strict=True))))
         self.state_groups.append(UninitializedState())
 
     def _initialized_state(self, index: int) -> OptState:
@@ -79,29 +68,14 @@ class MetaOptimizer:
                 state = self.impl.init(tree_math.leaves(self.param_containers_groups[index]))
         return state
 
-    def _gradients(self, loss: torch.Tensor, params: list[torch.Tensor],
-                   names: list[str]) -> list[torch.Tensor]:
-        """``d loss / d params`` with a graph; names the parameters the loss does not use."""
-        if loss.requires_grad:
-            grads = list(torch.autograd.grad(loss, params, create_graph=True, allow_unused=True))
-        else:
-            grads = [None] * len(params)
-        unused = [name for name, grad in zip(names, grads, strict=True) if grad is None]
-        if unused:
-            raise RuntimeError(
-                f"{type(self).__name__}.step: the loss does not depend on the parameters "
-                f"{', '.join(unused)}; every parameter of the module must take part in the loss "
-                "(or optimize a module holding only the parameters used).")
-        return grads
-
     def step(self, loss: torch.Tensor) -> None:
         """Takes one differentiable step on every group.
 
+        A parameter that ``loss`` does not depend on (a ``None`` gradient) keeps its value and
+        its optimizer state, as ``torch.optim`` skips it.
+
         Args:
           loss: a scalar computed from the module's current parameters.
-
-        Raises:
-          RuntimeError: naming the parameters ``loss`` does not depend on.
         """
         self._step_count += 1
         label = f"{type(self).__name__} step {self._step_count}"
@@ -110,7 +84,8 @@ class MetaOptimizer:
             state = self.state_groups[index]
             if isinstance(state, UninitializedState):
                 state = self.impl.init(flat_params)
-            grads = self._gradients(loss, flat_params, self._parameter_name_groups[index])
+            grads = list(torch.autograd.grad(loss, flat_params, create_graph=True,
+                                             allow_unused=True))
             updates, new_state = self.impl.update(grads, state, params=flat_params,
                                                   inplace=False)
             new_params = apply_updates(flat_params, updates, inplace=False)

@@ -1,0 +1,234 @@
+"""``None`` gradients: a PyTorch extension of Optax's semantics, implemented once for all.
+
+``torch.autograd.grad(..., allow_unused=True)`` returns ``None`` for a parameter the loss does
+not use (a frozen head, a branch not taken). Optax never sees such a gradient. Here, a ``None``
+leaf in ``updates`` where the params and the state hold a tensor
+
+* gives a ``None`` update (so :func:`~optax_compat.apply_updates` leaves that parameter as is),
+* leaves that parameter's entries of the state exactly as they were (moments, traces, ...),
+* is absent from everything computed across leaves (a global norm is over the present leaves);
+
+state that is not per parameter (step counters, schedule states) advances as usual.
+
+Every update function that goes through :class:`~optax_compat.GradientTransformation` is wrapped
+by :func:`tolerates_none`, so each transformation, alias, combinator and wrapper behaves so
+without code of its own. When the incoming updates hold ``None`` leaves, the wrapper
+
+1. finds the per-parameter parts of the state: the subtrees shaped like the updates, such as
+   ``mu`` and ``nu`` (where an update is ``None`` they may hold a tensor, ``None`` or a
+   ``MaskedNode``);
+2. replaces their leaves, and those of ``params``, by ``None`` where the update is ``None`` —
+   Optax's empty subtree, so the transformation sees a consistent smaller tree;
+3. runs the transformation, then puts the old leaves back at those positions of the new state.
+
+Without ``None`` leaves the cost is one flattening of ``updates`` by the outermost transformation
+of a call; the transformations it calls skip the check. A ``None`` stands for one tensor leaf: a
+``None`` in place of a whole subtree of parameters is a structure mismatch, as in Optax.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import operator
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import optree
+import torch
+
+from optax_compat._src.building_blocks import tree_math as tm
+
+UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
+
+_MARK = "tolerates_none"
+_WRAPPER = "_tolerating_none"
+
+
+class _Scope(threading.local):
+    """Whether this thread is inside an update call whose updates were found free of ``None``."""
+
+    checked = False
+
+
+_SCOPE = _Scope()
+
+
+def _flatten(tree: Any) -> tuple[list[Any], optree.PyTreeSpec]:
+    return optree.tree_flatten(tree, none_is_leaf=True, namespace=tm.NAMESPACE)
+
+
+def _has_none(leaves: list[Any]) -> bool:
+    return any(map(operator.is_, leaves, itertools.repeat(None)))
+
+
+class Pruning:
+    """Where the updates are ``None``, and how to hide those positions from a transformation.
+
+    Built by :func:`pruning` from updates that hold ``None`` leaves. A position where the
+    params (or a per-parameter part of the state) are ``None`` too is Optax's empty subtree,
+    not a ``None`` gradient: nothing is hidden there.
+    """
+
+    def __init__(self, updates: Any, leaves: list[Any], spec: optree.PyTreeSpec) -> None:
+        self.spec = spec
+        self.node_type = type(updates)
+        self.present = [leaf is not None for leaf in leaves]
+        self.state_hidden = False
+
+    def _entries(self, node: Any) -> list[Any] | None:
+        """The entries of ``node`` at the positions of the updates' leaves, if it is shaped like
+        the updates: tensors where they are present, anything (a tensor, ``None``, a
+        ``MaskedNode``) where they are ``None``."""
+        if type(node) is not self.node_type:
+            return None
+        try:
+            entries = self.spec.flatten_up_to(node)
+        except (ValueError, TypeError):
+            return None
+        if all(isinstance(e, torch.Tensor) for e, p in zip(entries, self.present) if p):
+            return entries
+        return None
+
+    def _per_parameter(self, node: Any) -> bool:
+        return self._entries(node) is not None
+
+    def _hides(self, tree: Any) -> bool:
+        return any(e is not None for e, p in zip(self._entries(tree), self.present) if not p)
+
+    def _hide(self, tree: Any) -> Any:
+        return self.spec.unflatten([e if p else None
+                                    for e, p in zip(self._entries(tree), self.present)])
+
+    def _outer(self, tree: Any) -> tuple[list[Any], optree.PyTreeSpec]:
+        return optree.tree_flatten(tree, is_leaf=self._per_parameter,
+                                   none_is_leaf=tm.NONE_IS_LEAF, namespace=tm.NAMESPACE)
+
+    def _hide_within(self, tree: Any) -> tuple[Any, bool]:
+        """``tree`` with the positions hidden in each per-parameter subtree; whether any was."""
+        outer, spec = self._outer(tree)
+        hidden = [type(x) is self.node_type and self._hides(x) for x in outer]
+        if not any(hidden):
+            return tree, False
+        return spec.unflatten([self._hide(x) if h else x for x, h in zip(outer, hidden)]), True
+
+    def params(self, params: Any) -> Any:
+        """``params`` with ``None`` at those positions in each of its per-parameter subtrees
+        (``params`` itself, or the parts of a pair such as ``LookaheadParams``)."""
+        return self._hide_within(params)[0]
+
+    def state(self, state: Any) -> Any:
+        """``state`` with ``None`` at those positions in each of its per-parameter subtrees."""
+        state, self.state_hidden = self._hide_within(state)
+        return state
+
+    def updates(self, updates: Any) -> Any:
+        """The transformed ``updates``, forced to ``None`` at those positions."""
+        return self._hide_within(updates)[0]
+
+    def restore(self, old_state: Any, new_state: Any) -> Any:
+        """``new_state`` with the leaves of ``old_state`` put back at the hidden positions.
+
+        Call after :meth:`state`. A new state whose layout differs from the old one is
+        returned unchanged.
+        """
+        if not self.state_hidden:
+            return new_state
+        old_outer, old_spec = self._outer(old_state)
+        new_outer, new_spec = self._outer(new_state)
+        if new_spec != old_spec:
+            return new_state
+        return new_spec.unflatten([self._merge(old, new) if type(old) is self.node_type else new
+                                   for old, new in zip(old_outer, new_outer)])
+
+    def _merge(self, old: Any, new: Any) -> Any:
+        return self.spec.unflatten([n if p else o for o, n, p in zip(
+            self._entries(old), self.spec.flatten_up_to(new), self.present)])
+
+
+def pruning(updates: Any) -> Pruning | None:
+    """A :class:`Pruning` if ``updates`` has ``None`` leaves, else ``None`` (one flattening)."""
+    leaves, spec = _flatten(updates)
+    return Pruning(updates, leaves, spec) if _has_none(leaves) else None
+
+
+def _params_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return args[0] if args else kwargs.get("params")
+
+
+def _with_params(args: tuple[Any, ...], kwargs: dict[str, Any],
+                 params: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if args:
+        return (params, *args[1:]), kwargs
+    if "params" in kwargs:
+        return args, {**kwargs, "params": params}
+    return args, kwargs
+
+
+def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
+    """``update_fn`` with the ``None``-gradient semantics of this module.
+
+    ``update_fn`` is called ``update_fn(updates, state, *args, **kwargs)`` with ``params`` as the
+    first of ``args`` (Optax's convention) or as the keyword ``params`` (TorchOpt's). Wrapped
+    functions are returned unchanged, and a function is wrapped once (two transformations built
+    from the same functions compare equal); markers set on ``update_fn`` (such as in-place
+    support) are kept.
+    """
+    if getattr(update_fn, _MARK, False):
+        return update_fn
+    wrapped = getattr(update_fn, _WRAPPER, None)
+    if wrapped is not None:  # one wrapper per function: pairs built from it compare equal
+        return wrapped
+
+    @functools.wraps(update_fn)
+    def update(updates: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
+        if _SCOPE.checked:
+            return update_fn(updates, state, *args, **kwargs)
+        plan = pruning(updates)
+        if plan is None:
+            if torch.compiler.is_compiling():
+                return update_fn(updates, state, *args, **kwargs)
+            _SCOPE.checked = True
+            try:
+                return update_fn(updates, state, *args, **kwargs)
+            finally:
+                _SCOPE.checked = False
+        params = _params_argument(args, kwargs)
+        hidden_params, hidden_state = plan.params(params), plan.state(state)
+        if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
+            return update_fn(updates, state, *args, **kwargs)
+        args, kwargs = _with_params(args, kwargs, hidden_params)
+        new_updates, new_state = update_fn(updates, hidden_state, *args, **kwargs)
+        return plan.updates(new_updates), plan.restore(state, new_state)
+
+    setattr(update, _MARK, True)
+    with contextlib.suppress(AttributeError):  # bound methods take no attributes
+        setattr(update_fn, _WRAPPER, update)
+    return update  # type: ignore[return-value]
+
+
+def present_pairs(params: Any, updates: Any) -> tuple[list[Any], optree.PyTreeSpec, list[Any],
+                                                       list[int] | None]:
+    """The leaves of ``params``, their structure, the matching updates, and which are present.
+
+    Returns:
+      ``(param_leaves, spec, update_leaves, present)``: ``update_leaves`` has ``None`` where the
+      update is ``None``; ``present`` lists the indices of the other leaves, or is ``None`` when
+      every update is present.
+
+    Raises:
+      ValueError: naming the first path where ``updates`` differs from ``params`` other than by
+        ``None`` in place of a leaf.
+    """
+    param_leaves, spec = tm.flatten(params)
+    update_leaves, update_spec = tm.flatten(updates)
+    if update_spec == spec:
+        return param_leaves, spec, update_leaves, None
+    if _flatten(updates)[1] != _flatten(params)[1]:
+        raise ValueError("The structure of updates does not match the params: "
+                         f"{tm.first_difference(params, updates, 'params', 'updates')}.")
+    update_leaves = spec.flatten_up_to(updates)
+    return param_leaves, spec, update_leaves, [i for i, u in enumerate(update_leaves)
+                                               if u is not None]
