@@ -34,18 +34,18 @@ from optax_compat._src.building_blocks.moments import (
     first_moment,
     update_moment,
 )
+from optax_compat._src.building_blocks.none_gradients import (
+    Pruning,
+    present_pairs,
+    pruning,
+    tolerates_none,
+)
 from optax_compat._src.building_blocks.numbers import (
     check_hyperparameter,
     is_number,
     is_one,
     is_zero,
 )
-from optax_compat._src.building_blocks.none_gradients import (
-    Pruning,
-    present_pairs,
-    pruning,
-    tolerates_none,
-from optax_compat._src.building_blocks.numbers import is_number, is_one, is_zero
 from optax_compat._src.building_blocks.state import (
     NO_PARAMS_MSG,
     device_of,
