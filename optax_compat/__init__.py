@@ -32,6 +32,7 @@ from optax_compat._src.base import (
     stateless_with_tree_map,
     with_extra_args_support,
 )
+from optax_compat._src.config import config
 from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
 from optax_compat._src.linear_algebra import (
     global_norm,

@@ -21,10 +21,13 @@ ATOL = {torch.float32: 1e-6, torch.float64: 1e-12}
 
 @contextlib.contextmanager
 def jax_precision(dtype: torch.dtype) -> Iterator[None]:
-    """Runs JAX in 64-bit mode for float64 tests and in its default 32-bit mode otherwise."""
+    """Runs JAX and this package in 64-bit mode for float64 tests, in 32-bit mode otherwise."""
     import jax
 
-    with jax.enable_x64(dtype == torch.float64):
+    import optax_compat
+
+    x64 = dtype == torch.float64
+    with jax.enable_x64(x64), optax_compat.config.enable_x64(x64):
         yield
 
 

@@ -475,6 +475,7 @@ def scale_by_adam(
       Dozat, `Incorporating Nesterov Momentum into Adam
       <https://openreview.net/pdf?id=OM0jvwB8jIp57ZJjtNEZ>`_, 2016.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params):
         return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
@@ -542,6 +543,7 @@ def scale_by_amsgrad(
       Reddi et al, `On the Convergence of Adam and Beyond
       <https://openreview.net/forum?id=ryQu7f-RZ>`_, 2018.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params):
         return ScaleByAmsgradState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
@@ -646,6 +648,7 @@ def scale_by_lion(
       Chen et al, `Symbolic Discovery of Optimization Algorithms
       <https://arxiv.org/abs/2302.06675>`_, 2023.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
     if mode not in _LION_MODES:
         raise ValueError(f"Unknown lion mode: {mode!r}. It needs to be one of {_LION_MODES}.")
 
@@ -921,6 +924,7 @@ def scale_by_novograd(
       Ginsburg et al, `Stochastic Gradient Methods with Layer-wise Adaptive Moments for
       Training of Deep Networks <https://arxiv.org/abs/1905.11286>`_, 2019.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params):
         return ScaleByNovogradState(
@@ -1385,6 +1389,7 @@ def scale_by_distance_over_gradients(
       Ivgi et al, `DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size Schedule
       <https://arxiv.org/abs/2302.12022>`_, 2023.
     """
+    param_dtype = bb.canonical_dtype(param_dtype)
 
     def init_fn(params):
         xs, spec = tm.flatten(params)

@@ -80,6 +80,7 @@ def scale_by_ademamix(
       Pagliardini et al, `The AdEMAMix Optimizer: Better, Faster, Older
       <https://arxiv.org/abs/2409.03137>`_, 2024.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params: base.Params) -> ScaleByAdemamixState:
         return ScaleByAdemamixState(

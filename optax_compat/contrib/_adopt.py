@@ -67,6 +67,7 @@ def scale_by_adopt(
     Returns:
       A transformation whose state is a :class:`~optax_compat.ScaleByAdamState`.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params: base.Params) -> transform.ScaleByAdamState:
         return transform.ScaleByAdamState(count=bb.zero_count(params),

@@ -341,6 +341,7 @@ def scale_by_muon(
       Grishina et al., `Accelerating Newton-Schulz Iteration for Orthogonalization via
       Chebyshev-type Polynomials <https://arxiv.org/abs/2506.10935>`_, 2025.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
     _check_preconditioning(preconditioning)
     steps = int(ns_steps)
 

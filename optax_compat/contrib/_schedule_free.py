@@ -140,6 +140,7 @@ def schedule_free(
     References:
       Defazio et al., `The Road Less Scheduled <https://arxiv.org/abs/2405.15682>`_, 2024.
     """
+    state_dtype = bb.canonical_dtype(state_dtype)
     base_optimizer = base.with_extra_args_support(base_optimizer)
 
     def init_fn(params: base.Params) -> ScheduleFreeState:

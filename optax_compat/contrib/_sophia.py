@@ -170,6 +170,7 @@ def scale_by_sophia(
       ``update_interval`` steps: the numbers are Optax's, the cost is one Hessian-vector
       product per step.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
     hessian_diagonal_fn = base.with_extra_args_support(hessian_diagonal_fn)
 
     def init_fn(params: base.Params) -> SophiaState:

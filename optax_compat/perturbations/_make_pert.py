@@ -11,6 +11,7 @@ from typing import Any, Union
 
 import torch
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src import utils
 from optax_compat._src.building_blocks import tree_math as tm
 
@@ -18,10 +19,9 @@ DTypeLike = Union[torch.dtype, type]
 
 
 def _torch_dtype(dtype: DTypeLike) -> torch.dtype:
-    """A torch dtype; Python's ``float`` means the default dtype, as JAX's default float."""
-    if dtype is float:
-        return torch.get_default_dtype()
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+    """A floating torch dtype; Python's ``float`` means JAX's default float."""
+    dtype = bb.canonical_dtype(dtype)
+    if not dtype.is_floating_point:
         raise TypeError(f"Noise samples need a floating-point torch dtype, got {dtype!r}.")
     return dtype
 

@@ -96,7 +96,8 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
     """Checks that a configuration gives Optax's numbers: updates, state leaves and params.
 
     Both worlds run ``steps`` steps of ``update`` then ``apply_updates`` on the same numbers;
-    state NamedTuple classes and fields must match too. In float64, JAX runs with x64 enabled.
+    state NamedTuple classes and fields must match too. In float64, JAX and this package run in
+    64-bit mode (``jax_enable_x64`` and ``optax_compat.config``), in 32-bit mode otherwise.
     Raises :class:`unittest.SkipTest` (a skip under pytest) when Optax is not importable.
 
     Args:
@@ -122,7 +123,8 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
 
     kwargs = dict(kwargs or {})
     dtype = tree_math.widest_real_dtype(tree_math.leaves(params))
-    with jax.enable_x64(dtype == torch.float64):
+    x64 = dtype == torch.float64
+    with jax.enable_x64(x64), optax_compat.config.enable_x64(x64):
         ours_tx = _build(name_or_factory, optax_compat, kwargs)
         theirs_tx = _build(name_or_factory, optax, _to_jax(kwargs))
         theirs_params = _to_jax(params)

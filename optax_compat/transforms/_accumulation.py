@@ -58,6 +58,7 @@ def trace(
     .. note::
       ``trace = decay * trace + t`` while ``ema = decay * ema + (1 - decay) * t``.
     """
+    accumulator_dtype = bb.canonical_dtype(accumulator_dtype)
 
     def init_fn(params: base.Params) -> TraceState:
         return TraceState(trace=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
@@ -106,6 +107,7 @@ def ema(
     Returns:
       A :class:`GradientTransformation`.
     """
+    accumulator_dtype = bb.canonical_dtype(accumulator_dtype)
 
     def init_fn(params: base.Params) -> EmaState:
         return EmaState(count=bb.zero_count(params),
@@ -255,6 +257,7 @@ class MultiSteps:
           ValueError: if ``every_k_schedule`` is an int below 1.
           TypeError: if ``every_k_schedule`` is neither an int nor callable.
         """
+        accumulator_dtype = bb.canonical_dtype(accumulator_dtype)
         self._opt = base.with_extra_args_support(opt)
         # A skipped or accumulating mini-step keeps the old inner state: never update in place.
         self.update = bb.without_inplace_request(self.update)

@@ -3,6 +3,8 @@
 * :mod:`.tree_math` — arithmetic over the leaves of pytrees with ``torch._foreach_*`` (the hot
   path), structure checks and reductions.
 * :mod:`.numbers` — which hyper-parameters are plain Python numbers.
+* :mod:`.dtypes` — dtype arguments as JAX code writes them; JAX's default precision (x64 mode)
+  and the weak-type rule for scalars.
 * :mod:`.state` — creating state buffers from params and reading them back, checked.
 * :mod:`.moments` — moving averages and bias corrections (Adam and relatives).
 * :mod:`.inplace` — the opt-in in-place path and how the request travels.
@@ -20,6 +22,14 @@ A transformation in five lines (Optax's shape, run on foreach kernels)::
 """
 
 from optax_compat._src.building_blocks import tree_math
+from optax_compat._src.building_blocks.dtypes import (
+    as_weak,
+    canonical_dtype,
+    default_float,
+    default_int,
+    is_weak,
+    result_dtype,
+)
 from optax_compat._src.building_blocks.inplace import (
     declares_inplace,
     supports_inplace,
