@@ -159,7 +159,7 @@ def schedule_free(
                   params: Optional[base.Params] = None,
                   **extra_args: Any) -> tuple[base.Updates, ScheduleFreeState]:
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG + " (schedule_free needs them.)")
+            raise ValueError(bb.NO_PARAMS_MSG + " (schedule_free needs them.)")
         # Tensor hyperparameters are taken in the params' (lowest) dtype, the dtype of the
         # scalar state, so that they never promote it or the params.
         dtype = state.max_lr.dtype

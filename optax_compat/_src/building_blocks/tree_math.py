@@ -544,17 +544,15 @@ def at_least(values: torch.Tensor, minimum: Scalar) -> torch.Tensor:
 
 
 def ema_in_dtypes(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf, a tensor ``decay`` rounded per operand.
+    """``(1 - decay) * value + decay * moment`` per leaf, for a tensor ``decay``.
 
-    JAX multiplies an array ``decay`` (a schedule's value, a ``jnp.where`` between
-    hyperparameters) in the dtype of each operand, so ``decay`` is rounded to the leaf's dtype
-    *before* ``1 - decay`` is taken; for a decay close to one in ``float32`` this differs from
-    rounding ``1 - decay`` computed in ``float64``. Moments and values may differ in dtype
-    (``mu_dtype``); the sum then promotes. Python-number decays are used as they are.
+    The scalar arithmetic ``1 - decay`` runs in ``decay``'s own dtype, as JAX computes on a
+    schedule's value or an injected hyperparameter, and each scalar is then rounded to the
+    operand it multiplies (the weak-type rule of ``building_blocks.dtypes``). Moments and
+    values may differ in dtype (``mu_dtype``); the sum then promotes.
     """
-    rounded = scalar_like(decay, values)
-    complement = ([1 - d for d in rounded] if isinstance(rounded, list) else 1 - rounded)
-    return add(mul(values, complement), mul(moments, scalar_like(decay, moments)))
+    return add(mul(values, scalar_like(1 - decay, values)),
+               mul(moments, scalar_like(decay, moments)))
 
 
 def ravel(xs: Leaves) -> torch.Tensor:
