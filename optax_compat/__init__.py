@@ -272,3 +272,24 @@ from optax_compat._src.linesearch import (
 )
 
 # Testing helpers (issue 8) are imported on demand: ``optax_compat.testing``.
+
+# Names Optax 0.2.8 still resolves with a DeprecationWarning -----------------------------------
+# isort: split
+from optax_compat._src.deprecations import deprecation_getattr as _deprecation_getattr
+
+_deprecations = {
+    "differentially_private_aggregate": (
+        "optax.differentially_private_aggregate is deprecated: use"
+        " optax.contrib.differentially_private_aggregate (optax v0.1.8 or newer).",
+        contrib.differentially_private_aggregate),
+    "DifferentiallyPrivateAggregateState": (
+        "optax.DifferentiallyPrivateAggregateState is deprecated: use"
+        " optax.contrib.DifferentiallyPrivateAggregateState (optax v0.1.8 or newer).",
+        contrib.DifferentiallyPrivateAggregateState),
+    "dpsgd": (
+        "optax.dpsgd is deprecated: use optax.contrib.dpsgd (optax v0.1.8 or newer).",
+        contrib.dpsgd),
+    "monte_carlo": ("optax.monte_carlo is deprecated. (optax v0.2.7 or newer).", None),
+}
+__getattr__ = _deprecation_getattr(__name__, _deprecations)
+del _deprecation_getattr

@@ -173,3 +173,47 @@ def test_inject_hyperparams_float32_hyperparams_of_float64_params_round_as_optax
         dtype = torch.float32 if lib is ox else jnp.float32
         return lib.inject_hyperparams(lib.adam, hyperparam_dtype=dtype)(learning_rate=0.1)
     _assert_same(_run_both(build, torch.float64, steps=4), torch.float64)
+
+
+# --- deprecated names ---------------------------------------------------------------------------
+
+DEPRECATED = [("", "differentially_private_aggregate"), ("", "DifferentiallyPrivateAggregateState"),
+              ("", "dpsgd"), (".tree_utils", "tree_scalar_mul"),
+              (".tree_utils", "tree_add_scalar_mul"), (".tree_utils", "tree_l1_norm"),
+              (".tree_utils", "tree_l2_norm"), (".tree_utils", "tree_linf_norm")]
+
+
+def _module(lib, suffix):
+    return lib.tree_utils if suffix else lib
+
+
+@pytest.mark.parametrize("suffix,name", DEPRECATED)
+def test_deprecated_names_resolve_with_optax_warning(suffix, name):
+    with pytest.warns(DeprecationWarning) as theirs:
+        getattr(_module(optax, suffix), name)
+    with pytest.warns(DeprecationWarning) as ours:
+        value = getattr(_module(ox, suffix), name)
+    assert [str(w.message) for w in ours] == [str(w.message) for w in theirs]
+    assert name not in dir(_module(ox, suffix))
+    assert callable(value)
+
+
+def test_deprecated_norms_compute_the_norms():
+    tree = {"a": torch.tensor([3.0, -4.0])}
+    with pytest.warns(DeprecationWarning):
+        norms = [getattr(ox.tree_utils, f"tree_{n}_norm")(tree) for n in ("l1", "l2", "linf")]
+    assert [float(n) for n in norms] == [7.0, 5.0, 4.0]
+
+
+def test_removed_name_and_public_names_are_optax_ones():
+    with pytest.raises(AttributeError, match="monte_carlo is deprecated"):
+        ox.monte_carlo
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        ox.nope
+    public = lambda module: {n for n in dir(module) if not n.startswith("_")}
+    # Only our switch, ConditionFn (Optax keeps it in optax.transforms) and the testing
+    # submodule (once imported) are extra.
+    assert public(ox) - public(optax) - {"testing"} == {"config", "ConditionFn"}
+    assert public(optax) - public(ox) == set()
+    # Optax's tree_utils also lists the modules it imported (functools, typing).
+    assert public(ox.tree_utils) ^ public(optax.tree_utils) == {"functools", "typing"}
