@@ -54,6 +54,8 @@ def _hessian_vector_product(obj_fn: Callable[[base.Params], torch.Tensor], param
     """
     primals, spec = tm.flatten(params)
     tangents = tm.leaves_like(vectors, spec, "the random vectors", reference=params)
+    if not primals:
+        return params
 
     def objective(*leaves: torch.Tensor) -> torch.Tensor:
         return obj_fn(tm.unflatten(spec, list(leaves)))

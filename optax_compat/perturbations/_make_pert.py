@@ -150,16 +150,20 @@ def make_perturbed_fun(
         xs, spec = tm.float_leaves(x, "x")
         if not xs:
             raise ValueError("make_perturbed_fun: the input tree has no leaves to perturb.")
-        seeds = utils.split_key(key, len(xs))
-        noises = [noise.sample(seed, (num_samples, *leaf.shape), leaf.dtype).to(leaf.device)
-                  for seed, leaf in zip(seeds, xs)]
+        # Optax's protocol: one key per sample, split over the leaves, and ``sample`` called
+        # with each leaf's own shape; ``log_prob`` likewise sees one sample of one leaf.
+        draws = [[noise.sample(seed, tuple(leaf.shape), leaf.dtype)
+                  for seed, leaf in zip(utils.split_key(sample_key, len(xs)), xs)]
+                 for sample_key in utils.split_key(key, num_samples)]
+        noises = [torch.stack([torch.as_tensor(z) for z in per_leaf]).to(leaf.device)
+                  for leaf, per_leaf in zip(xs, zip(*draws))]
         shifted = [(leaf + sigma * z).detach() for leaf, z in zip(xs, noises)]
         # The noise recovered from the detached points depends on x (and sigma) again: its log
         # density carries the gradient of the perturbation distribution.
         recovered = [(point - leaf) / sigma for leaf, point in zip(xs, shifted)]
-        per_leaf = [noise.log_prob(z).reshape(num_samples, leaf.numel()).sum(1)
-                    for leaf, z in zip(xs, recovered)]
-        box = _magicbox(sum(per_leaf[1:], start=per_leaf[0]))
+        log_probs = torch.stack([sum(noise.log_prob(z[index]).sum() for z in recovered)
+                                 for index in range(num_samples)])
+        box = _magicbox(log_probs)
         outputs, output_spec = _evaluate_batch(fun, spec, shifted, num_samples)
         weighted = [_per_sample(box, out) * out for out in outputs]
         if use_baseline:

@@ -5,6 +5,8 @@ Each test runs the same configuration in real Optax and here, with JAX's ``jax_e
 """
 
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -217,3 +219,64 @@ def test_removed_name_and_public_names_are_optax_ones():
     assert public(optax) - public(ox) == set()
     # Optax's tree_utils also lists the modules it imported (functools, typing).
     assert public(ox.tree_utils) ^ public(optax.tree_utils) == {"functools", "typing"}
+
+
+# --- empty trees --------------------------------------------------------------------------------
+
+# Optax itself fails on an empty tree here (its code indexes a tree it assumes non-empty); ours
+# returns empty updates, which is what a masked or partitioned empty group needs.
+OPTAX_FAILS_ON_EMPTY = {"contrib.scale_by_muon", "contrib.galore", "contrib.scale_by_galore",
+                        "contrib.sophia"}
+# A line search needs a parameter to search along: both libraries refuse an empty tree (Optax
+# with an IndexError, ours with a ValueError saying so).
+LINE_SEARCHES = {"scale_by_backtracking_linesearch", "scale_by_zoom_linesearch", "lbfgs"}
+EMPTY_TREES = [{}, {"a": {}, "b": [None, ()]}]
+
+
+def _extra_args(name, lib, tree):
+    jax_side = lib is optax
+    one = jnp.asarray(1.0) if jax_side else torch.tensor(1.0)
+    table = {"value": one, "grad": tree, "value_fn": lambda params: one,
+             "obj_fn": lambda params: one}
+    return {key: table[key] for key in SPECS[name].extra_args}
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+from optax_compat.testing import strategies  # noqa: E402
+from optax_compat.testing._config import Config  # noqa: E402
+from optax_compat.testing._hyperparameters import SPECS  # noqa: E402
+
+EMPTY_NAMES = sorted(name for name, entry in SPECS.items() if not entry.per_example_grads)
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64_off", "x64_on"])
+@pytest.mark.parametrize("name", EMPTY_NAMES)
+@settings(max_examples=1, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=strategies.hyperparameters.__globals__["st"].data())
+def test_empty_tree_in_empty_updates_out(name, x64, data):
+    config = Config(name, kwargs=data.draw(strategies.hyperparameters(name)))
+    dtype = torch.float64 if x64 else torch.float32
+    with warnings.catch_warnings(), jax_precision(dtype):
+        warnings.simplefilter("ignore")
+        for index, tree in enumerate(EMPTY_TREES):
+            ours_tx = config.build(ox)
+            if name in LINE_SEARCHES:
+                with pytest.raises(ValueError, match="at least one parameter"):
+                    ours_tx.init(tree)
+                continue
+            state = ours_tx.init(tree)
+            updates, state = ours_tx.update(tree, state, tree, **_extra_args(name, ox, tree))
+            assert updates == tree
+            if name in OPTAX_FAILS_ON_EMPTY or index > 0:
+                continue
+            theirs_tx = config.build(optax)
+            theirs_state = theirs_tx.init(tree)
+            theirs_updates, theirs_state = theirs_tx.update(
+                tree, theirs_state, tree, **_extra_args(name, optax, tree))
+            assert theirs_updates == tree
+            # Random keys are int64 seeds here, typed or uint32 raw keys in JAX.
+            assert [d for d in _leaf_dtypes(state, True) if d != "int64"] == [
+                d for d in _leaf_dtypes(theirs_state, False)
+                if not d.startswith("key") and d != "uint32"]

@@ -25,6 +25,7 @@ from typing import Any, Union
 import optree
 import torch
 
+from optax_compat._src.building_blocks.dtypes import as_weak, default_float
 from optax_compat._src.building_blocks.numbers import is_one
 
 Leaves = list[torch.Tensor]
@@ -271,13 +272,15 @@ def cast(xs: Leaves, dtype: torch.dtype | None) -> Leaves:
 def sum_of_squares(xs: Leaves) -> torch.Tensor:
     """``sum(x ** 2)`` over all elements of all leaves (complex leaves use ``|x| ** 2``)."""
     if not xs:
-        return torch.tensor(0.0)
+        return as_weak(0.0)
     norms = torch._foreach_norm([x.abs() if x.is_complex() else x for x in xs])
     return sum_scalars(torch._foreach_mul(norms, norms))
 
 
 def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Adds 0-d tensors of possibly different dtypes, promoting as JAX does."""
+    """Adds 0-d tensors of possibly different dtypes, promoting as JAX does (none: a weak 0)."""
+    if not values:
+        return as_weak(0.0)
     dtype = values[0].dtype
     for value in values[1:]:
         dtype = torch.promote_types(dtype, value.dtype)
@@ -285,12 +288,18 @@ def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def widest_real_dtype(xs: Leaves) -> torch.dtype:
-    """The widest real floating dtype among the leaves (complex leaves count as their parts)."""
+    """The widest real floating dtype among the leaves (complex leaves count as their parts).
+
+    Float32 when all leaves are narrower; JAX's default float when there is no floating leaf
+    (an empty group: what JAX computes in without any operand).
+    """
+    reals = [x.real.dtype if x.is_complex() else x.dtype for x in xs]
+    reals = [dtype for dtype in reals if dtype.is_floating_point]
+    if not reals:
+        return default_float()
     dtype = torch.float32
-    for x in xs:
-        real = x.real.dtype if x.is_complex() else x.dtype
-        if real.is_floating_point:
-            dtype = torch.promote_types(dtype, real)
+    for real in reals:
+        dtype = torch.promote_types(dtype, real)
     return dtype
 
 
