@@ -4,7 +4,7 @@ Names, module paths, signatures and NamedTuple states follow Optax 0.2.8; the ar
 on ``torch._foreach_*`` kernels over optree-flattened leaves.
 """
 
-from optax_compat import schedules, tree, tree_utils
+from optax_compat import porting, schedules, tree, tree_utils
 
 # Transforms and aliases (issue 3) -------------------------------------------------------------
 from optax_compat._src.base import (

@@ -213,9 +213,9 @@ def test_removed_name_and_public_names_are_optax_ones():
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         ox.nope
     public = lambda module: {n for n in dir(module) if not n.startswith("_")}
-    # Only our switch, ConditionFn (Optax keeps it in optax.transforms) and the testing
-    # submodule (once imported) are extra.
-    assert public(ox) - public(optax) - {"testing"} == {"config", "ConditionFn"}
+    # Only our switch, the porting helpers, ConditionFn (Optax keeps it in optax.transforms)
+    # and the testing submodule (once imported) are extra.
+    assert public(ox) - public(optax) - {"testing"} == {"config", "porting", "ConditionFn"}
     assert public(optax) - public(ox) == set()
     # Optax's tree_utils also lists the modules it imported (functools, typing).
     assert public(ox.tree_utils) ^ public(optax.tree_utils) == {"functools", "typing"}
@@ -280,3 +280,34 @@ def test_empty_tree_in_empty_updates_out(name, x64, data):
             assert [d for d in _leaf_dtypes(state, True) if d != "int64"] == [
                 d for d in _leaf_dtypes(theirs_state, False)
                 if not d.startswith("key") and d != "uint32"]
+
+
+# --- porting helpers ----------------------------------------------------------------------------
+
+
+def test_value_and_grad_unpacked_in_jax_order_gets_a_clear_error():
+    params = {"w": torch.ones(3), "b": torch.zeros(())}
+    loss_fn = lambda p: (p["w"] ** 2).sum() + p["b"]
+    optimizer = ox.adam(0.1)
+    state = optimizer.init(params)
+    loss, grads = torch.func.grad_and_value(loss_fn)(params)  # JAX's order: swapped
+    del loss
+    with pytest.raises(ValueError, match=r"grad_and_value returns \(grad, value\)"):
+        optimizer.update(grads, state, params)
+    with pytest.raises(ValueError, match="reverse of jax.value_and_grad"):
+        optimizer.update(torch.func.grad_and_value(loss_fn)(params), state, params)
+    with pytest.raises(ValueError) as info:
+        optimizer.update({"w": torch.ones(3)}, state, params)
+    assert "grad_and_value" not in str(info.value)
+
+
+def test_split_key_repeats_for_an_int_and_advances_a_generator():
+    assert torch.equal(ox.porting.split_key(3, 4), ox.porting.split_key(3, 4))
+    assert ox.porting.split_key(3, 4).shape == (4,)
+    generator = torch.Generator().manual_seed(3)
+    assert not torch.equal(ox.porting.split_key(generator), ox.porting.split_key(generator))
+
+
+def test_path_entries_have_a_public_home():
+    assert ox.porting.DictKey("w") == ox.tree_utils._state_utils.DictKey("w")
+    assert {ox.porting.SequenceKey, ox.porting.GetAttrKey} <= set(vars(ox.porting).values())

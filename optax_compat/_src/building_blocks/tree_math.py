@@ -99,8 +99,25 @@ def leaves_like(tree: Any, spec: optree.PyTreeSpec, what: str, reference: Any = 
     if tree_spec != spec:
         where = (first_difference(reference, tree) if reference is not None
                  else f"expected structure {spec}, got {tree_spec}")
-        raise ValueError(f"The structure of {what} does not match the updates: {where}.")
+        raise ValueError(f"The structure of {what} does not match the updates: {where}."
+                         f"{_swapped_value_and_grad_hint(reference, tree_spec)}")
     return tree_leaves
+
+
+def _swapped_value_and_grad_hint(updates: Any, expected: optree.PyTreeSpec) -> str:
+    """A hint when ``updates`` looks like a loss value, or a ``(grad, value)`` pair.
+
+    ``torch.func.grad_and_value`` returns ``(grad, value)``, the reverse of
+    ``jax.value_and_grad``: unpacking it in JAX's order hands the loss to ``update``.
+    """
+    is_value = lambda x: isinstance(x, torch.Tensor) and x.ndim == 0
+    pair = isinstance(updates, tuple) and len(updates) == 2
+    if not (is_value(updates) or (pair and any(map(is_value, updates))
+                                  and any(treespec(x) == expected for x in updates))):
+        return ""
+    return (" The updates look like a loss value (or a (grad, value) pair): note that "
+            "torch.func.grad_and_value returns (grad, value), the reverse of "
+            "jax.value_and_grad's (value, grad).")
 
 
 def check_same_structure(expected: Any, actual: Any, what: str) -> None:
