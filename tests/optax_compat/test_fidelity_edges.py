@@ -294,7 +294,7 @@ def test_value_and_grad_unpacked_in_jax_order_gets_a_clear_error():
     del loss
     with pytest.raises(ValueError, match=r"grad_and_value returns \(grad, value\)"):
         optimizer.update(grads, state, params)
-    with pytest.raises(ValueError, match="reverse of jax.value_and_grad"):
+    with pytest.raises(ValueError, match=r"reverse of jax\.value_and_grad"):
         optimizer.update(torch.func.grad_and_value(loss_fn)(params), state, params)
     with pytest.raises(ValueError) as info:
         optimizer.update({"w": torch.ones(3)}, state, params)
