@@ -7,7 +7,7 @@ off by default as in JAX. Set it where a JAX program would set ``jax_enable_x64`
 
     optax_compat.config.update("jax_enable_x64", True)     # "enable_x64" works too
     with optax_compat.config.enable_x64():                # for a block, like
-        ...                                               # jax.experimental.enable_x64()
+        ...                                               # jax.enable_x64()
 
 Float64 tensors work in either mode (PyTorch has no global 32-bit mode); the switch decides only
 what JAX's default precision decides: the dtype of values made from Python numbers and counts
@@ -47,7 +47,7 @@ class Config:
 
     @contextlib.contextmanager
     def enable_x64(self, new_val: bool = True) -> Iterator[None]:
-        """Sets 64-bit mode inside a ``with`` block (``jax.experimental.enable_x64``)."""
+        """Sets 64-bit mode inside a ``with`` block (``jax.enable_x64``)."""
         previous, self._x64 = self._x64, bool(new_val)
         try:
             yield
