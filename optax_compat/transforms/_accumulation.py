@@ -117,6 +117,10 @@ def ema(
         del params
         grads, spec = tm.flatten(updates)
         moments = tm.leaves_like(state.ema, spec, "state.ema", reference=updates)
+        if not all(map(tm.is_inexact, grads)):
+            # A bool or integer measurement (``measure_with_ema``) meets the weak decay: JAX
+            # computes in its default float.
+            grads = [g if tm.is_inexact(g) else g.to(bb.default_float()) for g in grads]
         if tm.same_dtypes(grads, moments):
             new_ema = tm.unflatten(spec, tm.ema(moments, grads, decay))
         else:

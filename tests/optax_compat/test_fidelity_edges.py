@@ -29,6 +29,7 @@ def _leaf_dtypes(tree, torch_side):
 
 def _run_both(build, dtype, steps=3, params=None, pass_params=True):
     """Runs ``build(lib)`` in both libraries; returns (ours, theirs) (updates, state) per step."""
+    given = params
     params = make_tree(dtype, seed=0) if params is None else params
     out = []
     with jax_precision(dtype):
@@ -37,7 +38,8 @@ def _run_both(build, dtype, steps=3, params=None, pass_params=True):
         ours_state, theirs_state = ours_tx.init(params), theirs_tx.init(theirs_params)
         out.append(((None, ours_state), (None, theirs_state)))
         for step in range(steps):
-            grad = make_tree(dtype, seed=step + 1)
+            grad = (make_tree(dtype, seed=step + 1) if given is None
+                    else bb.tree_math.tree_map(lambda x, s=step: x * (s + 0.5), given))
             ours = ours_tx.update(grad, ours_state, params if pass_params else None)
             theirs = theirs_tx.update(to_jax(grad), theirs_state,
                                       theirs_params if pass_params else None)
@@ -311,3 +313,19 @@ def test_split_key_repeats_for_an_int_and_advances_a_generator():
 def test_path_entries_have_a_public_home():
     assert ox.porting.DictKey("w") == ox.tree_utils._state_utils.DictKey("w")
     assert {ox.porting.SequenceKey, ox.porting.GetAttrKey} <= set(vars(ox.porting).values())
+
+
+# --- dtypes where params are not visible --------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["x64_off", "x64_on"])
+@pytest.mark.parametrize("case", ["bool_measure_with_ema", "muon_without_matrices"])
+def test_dtype_from_what_is_visible_matches_optax(case, dtype):
+    def build(lib):
+        if case == "muon_without_matrices":
+            return lib.contrib.muon(0.1)
+        is_finite = (lambda u: torch.isfinite(u["w"]).all()) if lib is ox else (
+            lambda u: jnp.all(jnp.isfinite(u["w"])))
+        return lib.measure_with_ema(is_finite, 0.9)
+    params = {"w": torch.linspace(-1, 1, 3, dtype=dtype)}
+    _assert_same(_run_both(build, dtype, steps=2, params=params), dtype)

@@ -385,7 +385,8 @@ def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
 # Input checks, weakly typed scalars and single-pass kernels for ``_src/transform.py``.
 
 
-def _is_inexact(x: Any) -> bool:
+def is_inexact(x: Any) -> bool:
+    """Whether ``x`` is a floating or complex tensor (what JAX calls inexact)."""
     return isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
 
 
@@ -403,11 +404,11 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
       TypeError: naming the path and dtype of the first leaf that is not an inexact tensor.
     """
     xs, spec = flatten(tree)
-    if all(map(torch.is_floating_point, xs)) or all(map(_is_inexact, xs)):
+    if all(map(torch.is_floating_point, xs)) or all(map(is_inexact, xs)):
         return xs, spec
     paths, path_leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=NONE_IS_LEAF,
                                                           namespace=NAMESPACE)
-    path, leaf = next((p, x) for p, x in zip(paths, path_leaves) if not _is_inexact(x))
+    path, leaf = next((p, x) for p, x in zip(paths, path_leaves) if not is_inexact(x))
     kind = leaf.dtype if isinstance(leaf, torch.Tensor) else type(leaf).__name__
     raise TypeError(f"The leaf of {what} at path {_path_str(path)} is {kind}; a floating-point "
                     "or complex tensor is required.")
