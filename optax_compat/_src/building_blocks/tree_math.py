@@ -12,8 +12,10 @@ Conventions:
 * Functions without a trailing underscore are pure: they return new tensors and never write
   into their arguments; those ending in ``_`` write into their first argument (in-place paths).
 * A "scalar" may be a Python number, a 0-d tensor (a schedule value, a hyperparameter that
-  requires grad for meta-learning) or a list with one value per leaf. A 0-d tensor does not
-  promote the dtype of the leaves, as in JAX's weak typing.
+  requires grad for meta-learning) or a list with one value per leaf. A scalar never promotes
+  the dtype of the leaves it meets: it is rounded to each leaf's dtype (:func:`scalar_like`,
+  :func:`_operand`), the one weak-type rule of :mod:`.dtypes`; arithmetic between scalars runs
+  in the scalars' own dtypes first (as JAX computes on them).
 """
 
 from __future__ import annotations
