@@ -150,20 +150,27 @@ def make_perturbed_fun(
         xs, spec = tm.float_leaves(x, "x")
         if not xs:
             raise ValueError("make_perturbed_fun: the input tree has no leaves to perturb.")
-        # Optax's protocol: one key per sample, split over the leaves, and ``sample`` called
-        # with each leaf's own shape; ``log_prob`` likewise sees one sample of one leaf.
-        draws = [[noise.sample(seed, tuple(leaf.shape), leaf.dtype)
-                  for seed, leaf in zip(utils.split_key(sample_key, len(xs)), xs)]
-                 for sample_key in utils.split_key(key, num_samples)]
-        noises = [torch.stack([torch.as_tensor(z) for z in per_leaf]).to(leaf.device)
-                  for leaf, per_leaf in zip(xs, zip(*draws))]
+        if type(noise) in (Normal, Gumbel):
+            # Our own i.i.d. noises draw all samples of a leaf at once (same distribution).
+            seeds = utils.split_key(key, len(xs))
+            noises = [noise.sample(seed, (num_samples, *leaf.shape), leaf.dtype).to(leaf.device)
+                      for seed, leaf in zip(seeds, xs)]
+        else:
+            # Optax's protocol for any other noise object: one key per sample, split over the
+            # leaves, and ``sample`` called with each leaf's own shape.
+            draws = [[noise.sample(seed, tuple(leaf.shape), leaf.dtype)
+                      for seed, leaf in zip(utils.split_key(sample_key, len(xs)), xs)]
+                     for sample_key in utils.split_key(key, num_samples)]
+            noises = [torch.stack([torch.as_tensor(z) for z in per_leaf]).to(leaf.device)
+                      for leaf, per_leaf in zip(xs, zip(*draws))]
         shifted = [(leaf + sigma * z).detach() for leaf, z in zip(xs, noises)]
         # The noise recovered from the detached points depends on x (and sigma) again: its log
-        # density carries the gradient of the perturbation distribution.
+        # density carries the gradient of the perturbation distribution. ``log_prob`` sees one
+        # sample of one leaf, as in Optax (vectorised with ``torch.func.vmap``).
         recovered = [(point - leaf) / sigma for leaf, point in zip(xs, shifted)]
-        log_probs = torch.stack([sum(noise.log_prob(z[index]).sum() for z in recovered)
-                                 for index in range(num_samples)])
-        box = _magicbox(log_probs)
+        log_prob = lambda z: noise.log_prob(z).sum()
+        per_leaf = [_per_sample_log_prob(log_prob, z, num_samples) for z in recovered]
+        box = _magicbox(sum(per_leaf[1:], start=per_leaf[0]))
         outputs, output_spec = _evaluate_batch(fun, spec, shifted, num_samples)
         weighted = [_per_sample(box, out) * out for out in outputs]
         if use_baseline:
@@ -173,6 +180,15 @@ def make_perturbed_fun(
         return tm.unflatten(output_spec, [out.mean(0) for out in weighted])
 
     return mc_estimator
+
+
+def _per_sample_log_prob(log_prob: Callable[[torch.Tensor], torch.Tensor], samples: torch.Tensor,
+                         num_samples: int) -> torch.Tensor:
+    """``log_prob`` of each sample (leading axis), vectorised when ``log_prob`` allows it."""
+    try:
+        return torch.func.vmap(log_prob)(samples)
+    except RuntimeError:
+        return torch.stack([log_prob(samples[index]) for index in range(num_samples)])
 
 
 def _per_sample(weights: torch.Tensor, stacked: torch.Tensor) -> torch.Tensor:
