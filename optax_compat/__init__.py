@@ -6,7 +6,7 @@ on ``torch._foreach_*`` kernels over optree-flattened leaves.
 
 __version__ = "0.1.0"
 
-from optax_compat import schedules, tree, tree_utils
+from optax_compat import porting, schedules, tree, tree_utils
 
 # Transforms and aliases ----------------------------------------------------------------------
 from optax_compat._src.base import (
@@ -34,6 +34,7 @@ from optax_compat._src.base import (
     stateless_with_tree_map,
     with_extra_args_support,
 )
+from optax_compat._src.config import config
 from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
 from optax_compat._src.linear_algebra import (
     global_norm,
@@ -280,3 +281,24 @@ from optax_compat._src.linesearch import (
 # isort: split
 from optax_compat import checkpoint
 from optax_compat._src.torch_optimizer import TorchOptimizer, torch_optimizer
+
+# Names Optax 0.2.8 still resolves with a DeprecationWarning -----------------------------------
+# isort: split
+from optax_compat._src.deprecations import deprecation_getattr as _deprecation_getattr
+
+_deprecations = {
+    "differentially_private_aggregate": (
+        "optax.differentially_private_aggregate is deprecated: use"
+        " optax.contrib.differentially_private_aggregate (optax v0.1.8 or newer).",
+        contrib.differentially_private_aggregate),
+    "DifferentiallyPrivateAggregateState": (
+        "optax.DifferentiallyPrivateAggregateState is deprecated: use"
+        " optax.contrib.DifferentiallyPrivateAggregateState (optax v0.1.8 or newer).",
+        contrib.DifferentiallyPrivateAggregateState),
+    "dpsgd": (
+        "optax.dpsgd is deprecated: use optax.contrib.dpsgd (optax v0.1.8 or newer).",
+        contrib.dpsgd),
+    "monte_carlo": ("optax.monte_carlo is deprecated. (optax v0.2.7 or newer).", None),
+}
+__getattr__ = _deprecation_getattr(__name__, _deprecations)
+del _deprecation_getattr

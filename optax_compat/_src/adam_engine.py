@@ -442,7 +442,7 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[
             return run(grads, state, params, "apply", fallback)
 
     adapted = with_params(update)
-    adapted.apply_step = apply_step
+    adapted.apply_step = bb.tolerates_none_step(apply_step)
     return adapted
 
 

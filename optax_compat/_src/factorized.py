@@ -144,7 +144,7 @@ def scale_by_factored_rms(
     def update_fn(updates: base.Updates, state: FactoredState,
                   params: base.Params | None = None):
         if params is None:
-            raise ValueError(f"scale_by_factored_rms: {base.NO_PARAMS_MSG}")
+            raise ValueError(f"scale_by_factored_rms: {bb.NO_PARAMS_MSG}")
         grads, spec = tm.flatten(updates)
         param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
         v_row = tm.leaves_like(state.v_row, spec, "state.v_row", reference=updates)

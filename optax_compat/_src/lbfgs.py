@@ -15,6 +15,7 @@ import optree
 import torch
 
 from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 
@@ -221,7 +222,7 @@ def scale_by_lbfgs(
     def update_fn(updates: base.Updates, state: ScaleByLBFGSState,
                   params: base.Params | None = None) -> tuple[base.Updates, ScaleByLBFGSState]:
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG)
+            raise ValueError(bb.NO_PARAMS_MSG)
         us, spec = tm.float_leaves(updates)
         ws = tm.leaves_like(params, spec, "params", reference=updates)
         prev_ws = tm.leaves_like(state.params, spec, "state.params", reference=updates)

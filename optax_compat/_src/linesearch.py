@@ -25,6 +25,7 @@ import torch
 
 from optax_compat import tree_utils
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = Union[float, torch.Tensor]
@@ -286,7 +287,7 @@ def scale_by_backtracking_linesearch(
     ) -> tuple[base.Updates, ScaleByBacktrackingLinesearchState]:
         name = "scale_by_backtracking_linesearch"
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG)
+            raise ValueError(bb.NO_PARAMS_MSG)
         _check_extra_args(name, value, grad, value_fn)
         fn_kwargs = _value_fn_kwargs(value_fn, extra_args, name)
         dtype, device = state.learning_rate.dtype, state.learning_rate.device
@@ -819,7 +820,7 @@ def scale_by_zoom_linesearch(
     ) -> tuple[base.Updates, ScaleByZoomLinesearchState]:
         name = "scale_by_zoom_linesearch"
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG)
+            raise ValueError(bb.NO_PARAMS_MSG)
         _check_extra_args(name, value, grad, value_fn)
         fn_kwargs = _value_fn_kwargs(value_fn, extra_args, name)
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 
 _LOGGER = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def lookahead(
                   params: LookaheadParams | None = None) -> tuple[LookaheadParams,
                                                                    LookaheadState]:
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG + " (lookahead needs the LookaheadParams)")
+            raise ValueError(bb.NO_PARAMS_MSG + " (lookahead needs the LookaheadParams)")
         updates, fast_state = fast_optimizer.update(updates, state.fast_state, params.fast)
         sync_next = state.steps_since_sync == (sync_period - 1)
         updates = _lookahead_updates(updates, sync_next, params, slow_step_size)

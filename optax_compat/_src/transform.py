@@ -513,7 +513,8 @@ def scale_by_adam(
       tensor([ 1.0000, -1.0000])
     """
     return adam_engine.scale_by_adam(adam_engine.AdamHyperParams(
-        b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov, mu_dtype=mu_dtype))
+        b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov,
+        mu_dtype=bb.canonical_dtype(mu_dtype)))
 
 
 class ScaleByAmsgradState(NamedTuple):
@@ -562,6 +563,7 @@ def scale_by_amsgrad(
       >>> updates["w"]
       tensor([ 1.0000, -1.0000])
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params):
         return ScaleByAmsgradState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
@@ -686,6 +688,7 @@ def scale_by_lion(
       >>> updates["w"]
       tensor([ 1., -1.])
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
     if mode not in _LION_MODES:
         raise ValueError(f"Unknown lion mode: {mode!r}. It needs to be one of {_LION_MODES}.")
 
@@ -1011,6 +1014,7 @@ def scale_by_novograd(
       >>> updates["w"]
       tensor([ 0.4472, -0.8944])
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params):
         return ScaleByNovogradState(
@@ -1587,6 +1591,7 @@ def scale_by_distance_over_gradients(
       >>> updates["w"]
       tensor([ 1.4472e-06, -2.8944e-06])
     """
+    param_dtype = bb.canonical_dtype(param_dtype)
 
     def init_fn(params):
         xs, spec = tm.flatten(params)

@@ -90,6 +90,7 @@ def scale_by_ademamix(
       >>> updates["w"]
       tensor([ 1.0006, -1.0006])
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params: base.Params) -> ScaleByAdemamixState:
         return ScaleByAdemamixState(

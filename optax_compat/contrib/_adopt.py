@@ -77,6 +77,7 @@ def scale_by_adopt(
       >>> updates["w"]  # ADOPT only initializes its second moment at the first step
       tensor([0., 0.])
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
 
     def init_fn(params: base.Params) -> transform.ScaleByAdamState:
         return transform.ScaleByAdamState(count=bb.zero_count(params),

@@ -106,7 +106,7 @@ def mechanize(
                   params: Optional[base.Params] = None,
                   **extra_args: Any) -> tuple[base.Updates, MechanicState]:
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG + " (mechanize needs them.)")
+            raise ValueError(bb.NO_PARAMS_MSG + " (mechanize needs them.)")
         # The raw gradients are read again below: the base optimizer must not overwrite them.
         base_updates, base_state = base_optimizer.update(
             updates, state.base_optimizer_state, params,

@@ -70,7 +70,7 @@ def _scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
 
 def _check_update_args(name: str, params: Optional[base.Params], value: Any) -> None:
     if params is None:
-        raise ValueError(f"{base.NO_PARAMS_MSG} ({name} needs them.)")
+        raise ValueError(f"{bb.NO_PARAMS_MSG} ({name} needs them.)")
     if value is None:
         raise ValueError("You need to pass the latest loss value to Momo as `value=`, e.g. "
                          "from `torch.func.grad_and_value`.")

@@ -352,14 +352,14 @@ def scale_by_muon(
       >>> torch.linalg.svdvals(updates["w"])  # those of the gradient: 2.08 and 0.96
       tensor([1.1257, 0.6870])
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
     _check_preconditioning(preconditioning)
     steps = int(ns_steps)
 
     def init_fn(params: base.Params) -> MuonState:
         xs = tm.leaves(params)
-        # JAX builds the coefficients in its default float: float64 under x64, which is
-        # where float64 params come from.
-        coeffs = torch.as_tensor(ns_coeffs, dtype=tm.widest_real_dtype(xs),
+        # JAX builds the coefficients in its default float (float64 in 64-bit mode).
+        coeffs = torch.as_tensor(ns_coeffs, dtype=bb.default_float(),
                                  device=xs[0].device if xs else None)
         _check_ns_coeffs(coeffs)
         if coeffs.ndim == 2:

@@ -171,7 +171,7 @@ def sam(
     ) -> tuple[base.Updates, SAMState]:
         del grad_fn, extra_args
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG + " (sam needs them.)")
+            raise ValueError(bb.NO_PARAMS_MSG + " (sam needs them.)")
         first_step = state.steps_since_sync == 0
         last_step = state.steps_since_sync == sync_period - 1
 
@@ -206,7 +206,7 @@ def sam(
         if grad_fn is None:
             raise ValueError("grad_fn must be provided when opaque_mode=True.")
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG + " (sam needs them.)")
+            raise ValueError(bb.NO_PARAMS_MSG + " (sam needs them.)")
         adv_params, adv_updates, adv_state = params, updates, state.adv_state
         for step in range(sync_period - 1):
             adv_updates, adv_state = adv_optimizer.update(adv_updates, adv_state, adv_params)

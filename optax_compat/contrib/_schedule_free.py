@@ -166,6 +166,7 @@ def schedule_free(
       >>> optax.contrib.schedule_free_eval_params(state, params)["w"]
       tensor([ 0.6459, -1.2917])
     """
+    state_dtype = bb.canonical_dtype(state_dtype)
     base_optimizer = base.with_extra_args_support(base_optimizer)
 
     def init_fn(params: base.Params) -> ScheduleFreeState:
@@ -184,7 +185,7 @@ def schedule_free(
                   params: Optional[base.Params] = None,
                   **extra_args: Any) -> tuple[base.Updates, ScheduleFreeState]:
         if params is None:
-            raise ValueError(base.NO_PARAMS_MSG + " (schedule_free needs them.)")
+            raise ValueError(bb.NO_PARAMS_MSG + " (schedule_free needs them.)")
         # Tensor hyperparameters are taken in the params' (lowest) dtype, the dtype of the
         # scalar state, so that they never promote it or the params.
         dtype = state.max_lr.dtype

@@ -54,6 +54,8 @@ def _hessian_vector_product(obj_fn: Callable[[base.Params], torch.Tensor], param
     """
     primals, spec = tm.flatten(params)
     tangents = tm.leaves_like(vectors, spec, "the random vectors", reference=params)
+    if not primals:
+        return params
 
     def objective(*leaves: torch.Tensor) -> torch.Tensor:
         return obj_fn(tm.unflatten(spec, list(leaves)))
@@ -182,6 +184,7 @@ def scale_by_sophia(
       ``update_interval`` steps: the numbers are Optax's, the cost is one Hessian-vector
       product per step.
     """
+    mu_dtype = bb.canonical_dtype(mu_dtype)
     hessian_diagonal_fn = base.with_extra_args_support(hessian_diagonal_fn)
 
     def init_fn(params: base.Params) -> SophiaState:

@@ -11,6 +11,7 @@ from typing import Any, Union
 
 import torch
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src import utils
 from optax_compat._src.building_blocks import tree_math as tm
 
@@ -18,10 +19,9 @@ DTypeLike = Union[torch.dtype, type]
 
 
 def _torch_dtype(dtype: DTypeLike) -> torch.dtype:
-    """A torch dtype; Python's ``float`` means the default dtype, as JAX's default float."""
-    if dtype is float:
-        return torch.get_default_dtype()
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+    """A floating torch dtype; Python's ``float`` means JAX's default float."""
+    dtype = bb.canonical_dtype(dtype)
+    if not dtype.is_floating_point:
         raise TypeError(f"Noise samples need a floating-point torch dtype, got {dtype!r}.")
     return dtype
 
@@ -150,15 +150,26 @@ def make_perturbed_fun(
         xs, spec = tm.float_leaves(x, "x")
         if not xs:
             raise ValueError("make_perturbed_fun: the input tree has no leaves to perturb.")
-        seeds = utils.split_key(key, len(xs))
-        noises = [noise.sample(seed, (num_samples, *leaf.shape), leaf.dtype).to(leaf.device)
-                  for seed, leaf in zip(seeds, xs)]
+        if type(noise) in (Normal, Gumbel):
+            # Our own i.i.d. noises draw all samples of a leaf at once (same distribution).
+            seeds = utils.split_key(key, len(xs))
+            noises = [noise.sample(seed, (num_samples, *leaf.shape), leaf.dtype).to(leaf.device)
+                      for seed, leaf in zip(seeds, xs)]
+        else:
+            # Optax's protocol for any other noise object: one key per sample, split over the
+            # leaves, and ``sample`` called with each leaf's own shape.
+            draws = [[noise.sample(seed, tuple(leaf.shape), leaf.dtype)
+                      for seed, leaf in zip(utils.split_key(sample_key, len(xs)), xs)]
+                     for sample_key in utils.split_key(key, num_samples)]
+            noises = [torch.stack([torch.as_tensor(z) for z in per_leaf]).to(leaf.device)
+                      for leaf, per_leaf in zip(xs, zip(*draws))]
         shifted = [(leaf + sigma * z).detach() for leaf, z in zip(xs, noises)]
         # The noise recovered from the detached points depends on x (and sigma) again: its log
-        # density carries the gradient of the perturbation distribution.
+        # density carries the gradient of the perturbation distribution. ``log_prob`` sees one
+        # sample of one leaf, as in Optax (vectorised with ``torch.func.vmap``).
         recovered = [(point - leaf) / sigma for leaf, point in zip(xs, shifted)]
-        per_leaf = [noise.log_prob(z).reshape(num_samples, leaf.numel()).sum(1)
-                    for leaf, z in zip(xs, recovered)]
+        log_prob = lambda z: noise.log_prob(z).sum()
+        per_leaf = [_per_sample_log_prob(log_prob, z, num_samples) for z in recovered]
         box = _magicbox(sum(per_leaf[1:], start=per_leaf[0]))
         outputs, output_spec = _evaluate_batch(fun, spec, shifted, num_samples)
         weighted = [_per_sample(box, out) * out for out in outputs]
@@ -169,6 +180,15 @@ def make_perturbed_fun(
         return tm.unflatten(output_spec, [out.mean(0) for out in weighted])
 
     return mc_estimator
+
+
+def _per_sample_log_prob(log_prob: Callable[[torch.Tensor], torch.Tensor], samples: torch.Tensor,
+                         num_samples: int) -> torch.Tensor:
+    """``log_prob`` of each sample (leading axis), vectorised when ``log_prob`` allows it."""
+    try:
+        return torch.func.vmap(log_prob)(samples)
+    except RuntimeError:
+        return torch.stack([log_prob(samples[index]) for index in range(num_samples)])
 
 
 def _per_sample(weights: torch.Tensor, stacked: torch.Tensor) -> torch.Tensor:

@@ -17,18 +17,24 @@ import numpy as np
 import torch
 
 from optax_compat._src import base, numerics
+from optax_compat._src import building_blocks as bb
 from optax_compat.tree_utils import _casting
 
 
-def _convert_floats(value: Any, dtype: torch.dtype) -> Any:
-    """``value`` as a 0-d tensor of ``dtype`` if it is a floating-point number, else unchanged.
+def _convert_floats(value: Any, dtype: torch.dtype, *, weak_tensors: bool) -> Any:
+    """``value`` in ``dtype`` if JAX would convert it there, else unchanged (Optax's rule).
 
-    PyTorch has no weakly typed values, so every floating-point hyperparameter (a Python float,
-    a numpy float, a floating tensor) follows the params' dtype, as Optax does for weakly typed
-    ones; ``.to`` keeps the autograd link of a tensor that requires grad.
+    Optax converts Python floats, numpy floating values and *weakly typed* arrays, and leaves
+    strongly typed arrays alone. PyTorch has no weak types: following the rule in
+    :mod:`optax_compat._src.building_blocks.dtypes`, a tensor of JAX's default float is what a
+    schedule computes from Python numbers (weak in JAX), so with ``weak_tensors`` (schedule
+    outputs) such a tensor is converted too; a tensor of another dtype (a float32 value computed
+    from the int32 count under x64, a user's tensor) keeps its dtype. ``.to`` keeps the autograd
+    link of a tensor that requires grad.
     """
     if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
+        weak = weak_tensors and bb.is_weak(value)
+        return value.to(dtype) if weak else value
     if isinstance(value, float) or (isinstance(value, (np.ndarray, np.floating))
                                     and np.issubdtype(value.dtype, np.floating)):
         return torch.as_tensor(value, dtype=dtype)
@@ -108,8 +114,9 @@ def inject_hyperparams(
     Args:
       inner_factory: builds the inner transformation from hyperparameters (e.g. ``adam``).
       static_args: names of callable arguments that are not schedules.
-      hyperparam_dtype: dtype of the floating-point hyperparameters; by default the highest
-        dtype of the params.
+      hyperparam_dtype: dtype of the floating-point hyperparameters (any dtype spelling, see
+        ``building_blocks.canonical_dtype``); by default the highest dtype of the params. As in
+        Optax, only Python/numpy floats and weakly typed schedule values are converted.
 
     Returns:
       A function with ``inner_factory``'s parameters returning a
@@ -134,6 +141,7 @@ def inject_hyperparams(
       tensor([-0.5000, -0.5000])
     """
     static_args = {static_args} if isinstance(static_args, str) else set(static_args)
+    dtype_argument = bb.canonical_dtype(hyperparam_dtype)
     inner_signature = inspect.signature(inner_factory)
     if not static_args.issubset(inner_signature.parameters):
         raise ValueError(
@@ -164,17 +172,18 @@ def inject_hyperparams(
                 other[name] = value
 
         def hyperparam_dtype_for(params: base.Params | None) -> torch.dtype:
-            if hyperparam_dtype is not None:
-                return hyperparam_dtype
+            if dtype_argument is not None:
+                return dtype_argument
             return _casting.tree_dtype(params, "highest")
 
         def init_fn(params: base.Params) -> InjectStatefulHyperparamsState:
             dtype = hyperparam_dtype_for(params)
-            hyperparams = {name: torch.as_tensor(_convert_floats(value, dtype))
+            hyperparams = {name: bb.as_weak(_convert_floats(value, dtype, weak_tensors=False))
                            for name, value in numeric.items()}
             schedule_states = {name: schedule.init() for name, schedule in scheduled.items()}
-            hyperparams.update({name: _convert_floats(schedule(schedule_states[name]), dtype)
-                                for name, schedule in scheduled.items()})
+            hyperparams.update({
+                name: _convert_floats(schedule(schedule_states[name]), dtype, weak_tensors=True)
+                for name, schedule in scheduled.items()})
             return InjectStatefulHyperparamsState(
                 count=torch.zeros([], dtype=torch.int32), hyperparams=hyperparams,
                 hyperparams_states=schedule_states,
@@ -184,11 +193,11 @@ def inject_hyperparams(
                       params: base.Params | None = None,
                       **extra_args: Any) -> tuple[base.Updates, InjectStatefulHyperparamsState]:
             dtype = hyperparam_dtype_for(params)
-            hyperparams = {name: _convert_floats(value, dtype)
+            hyperparams = {name: _convert_floats(value, dtype, weak_tensors=False)
                            for name, value in state.hyperparams.items()}
             hyperparams.update({
-                name: _convert_floats(
-                    schedule(state.hyperparams_states[name], **extra_args), dtype)
+                name: _convert_floats(schedule(state.hyperparams_states[name], **extra_args),
+                                      dtype, weak_tensors=True)
                 for name, schedule in scheduled.items()})
             schedule_states = {
                 name: schedule.update(state.hyperparams_states[name], **extra_args)

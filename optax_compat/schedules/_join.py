@@ -8,6 +8,7 @@ from typing import Union
 import torch
 
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 
 
 def join_schedules(schedules: Sequence[base.Schedule],
@@ -41,21 +42,13 @@ def join_schedules(schedules: Sequence[base.Schedule],
         raise ValueError(f"join_schedules needs non-decreasing boundaries, got {boundaries}.")
 
     def schedule(step: Union[int, torch.Tensor]) -> torch.Tensor:
-        output = _as_value(schedules[0](step))
+        output = schedules[0](step)
         for boundary, later in zip(boundaries, schedules[1:]):
-            other = _as_value(later(step - boundary))
-            # JAX computes from an int32 count in float32 and from Python floats in weakly typed
-            # float64; the strong float32 wins in ``jnp.where``, so the narrower dtype wins here.
-            dtype = output.dtype if output.dtype.itemsize <= other.dtype.itemsize else other.dtype
-            output = torch.where(torch.as_tensor(step) < boundary, output.to(dtype),
-                                 other.to(dtype))
+            other = later(step - boundary)
+            # ``jnp.where`` promotes as JAX does: a strong dtype wins over a weak one.
+            dtype = bb.result_dtype(output, other)
+            output = torch.where(torch.as_tensor(step) < boundary,
+                                 bb.as_weak(output).to(dtype), bb.as_weak(other).to(dtype))
         return output
 
     return schedule
-
-
-def _as_value(value: Union[float, torch.Tensor]) -> torch.Tensor:
-    """A schedule value as a tensor; Python numbers become float64 (JAX's x64 precision)."""
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.tensor(value, dtype=torch.float64)

@@ -1,8 +1,10 @@
 """Learning-rate (and other hyperparameter) schedules (mirrors ``optax/schedules/_schedule.py``).
 
 A schedule maps a step count, a Python int or a 0-d integer tensor (as ``update`` passes it), to
-a value. Values are computed in float64 on the count's device; a 0-d tensor does not change the
-dtype of the parameters it later multiplies, so float32 training stays float32.
+a value on the count's device, computed in the dtypes JAX uses under ``optax_compat.config``'s
+64-bit switch: with it off (the default, as JAX) everything is float32; with it on a Python int
+count and Python floats give float64 while the int32 count of a state divided by an int stays
+float32, as in JAX. A 0-d tensor does not change the dtype of the parameters it later multiplies.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Optional, Union
 import torch
 
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat.schedules import _join
 
 Count = Union[int, torch.Tensor]
@@ -23,21 +26,21 @@ _logger = logging.getLogger(__name__)
 
 
 def _as_float(count: Count) -> torch.Tensor:
-    """The count as a float64 0-d tensor on its own device."""
-    return torch.as_tensor(count).to(torch.float64)
+    """The count in JAX's default float (what ``jnp.pi * count`` computes in)."""
+    return torch.as_tensor(count).to(bb.default_float())
 
 
 def _as_count(count: Count) -> torch.Tensor:
-    """The count for integer arithmetic with JAX's (x64) promotion rules.
+    """The count for integer arithmetic followed by a division, with JAX's promotion rules.
 
     An int32 tensor count (as optimizer states hold) stays int32, so that dividing it by an int
-    gives float32 exactly as ``jnp`` does; a Python int or an int64 count is widened to float64,
-    as JAX treats it.
+    gives float32 as ``jnp`` does in either mode; a Python int or an int64 count divides in JAX's
+    default float.
     """
     tensor = torch.as_tensor(count)
     if tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
         return tensor
-    return tensor.to(torch.float64) if not tensor.is_floating_point() else tensor
+    return tensor.to(bb.default_float()) if not tensor.is_floating_point() else tensor
 
 
 def constant_schedule(value: Value) -> base.Schedule:
@@ -133,10 +136,12 @@ def piecewise_constant_schedule(
             scale < 0.0 for scale in boundaries_and_scales.values()):
         raise ValueError("`piecewise_constant_schedule` expects non-negative scale factors")
     steps = sorted((boundaries_and_scales or {}).items())
+    if not steps:
+        return lambda count: init_value
 
     def schedule(count: Count) -> torch.Tensor:
         count = _as_float(count)
-        value = torch.as_tensor(init_value, dtype=torch.float64)
+        value = torch.as_tensor(init_value, dtype=bb.default_float())
         for threshold, scale in steps:
             value = torch.where(count < threshold, value, value * scale)
         return value
@@ -272,17 +277,20 @@ def piecewise_interpolate_schedule(
     if any(scale < 0.0 for _, scale in pairs):
         raise ValueError("`piecewise_interpolate_schedule` expects non-negative scale factors")
     bounds = [0] + [int(b) for b, _ in pairs]
-    scales = [torch.as_tensor(s, dtype=torch.float64) for _, s in pairs]
+    scales = [s for _, s in pairs]
 
     def schedule(count: Count) -> torch.Tensor:
-        count = _as_count(count)
-        # Integer bounds with an int32 count give a float32 fraction, as in JAX.
+        # JAX's bounds are weakly typed ints: an int32 count keeps int32 and divides in
+        # float32, a Python int divides in the default float; the values are default floats.
+        count = count if isinstance(count, torch.Tensor) else bb.as_weak(count)
+        fraction_dtype = torch.float64 if count.dtype == torch.int64 else torch.float32
         as_bounds = lambda b: torch.tensor(b, dtype=count.dtype, device=count.device)
         lower, upper = as_bounds(bounds[:-1]), as_bounds(bounds[1:])
-        values = torch.cumprod(torch.stack(
-            [torch.as_tensor(init_value, dtype=torch.float64), *scales]), dim=0).to(count.device)
+        values = torch.cumprod(torch.tensor([init_value, *scales], dtype=bb.default_float(),
+                                            device=count.device), dim=0)
         inside = (lower <= count) & (count < upper)
-        fraction = (count - lower) / torch.clamp(upper - lower, min=1)
+        fraction = ((count - lower).to(fraction_dtype)
+                    / torch.clamp(upper - lower, min=1).to(fraction_dtype))
         inner = (inside * interpolate(values[:-1], values[1:], fraction)).sum()
         return inner + (bounds[-1] <= count) * values[-1]
 

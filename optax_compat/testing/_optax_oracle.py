@@ -18,6 +18,7 @@ import numpy as np
 import optree
 import torch
 
+from optax_compat._src import config
 from optax_compat._src.building_blocks import tree_math
 from optax_compat._src.update import apply_updates
 from optax_compat.testing._asserts import (
@@ -44,10 +45,12 @@ def _import_optax() -> tuple[Any, Any]:
 
 @contextlib.contextmanager
 def jax_precision(dtype: torch.dtype) -> Iterator[None]:
-    """Runs JAX in 64-bit mode for float64 (and complex128) and in its default 32-bit mode
-    otherwise, as users run JAX: float32 programs with x64 off, float64 programs with it on."""
+    """Runs JAX and this package in 64-bit mode for float64 (and complex128) and in their
+    default 32-bit mode otherwise, as users run JAX: float32 programs with x64 off, float64
+    programs with it on (``optax_compat.config`` plays the role of ``jax_enable_x64``)."""
     jax, _ = _import_optax()
-    with jax.enable_x64(dtype in (torch.float64, torch.complex128)):
+    x64 = dtype in (torch.float64, torch.complex128)
+    with jax.enable_x64(x64), config.enable_x64(x64):
         yield
 
 
@@ -210,7 +213,8 @@ def check_matches_optax(name_or_factory: str | Callable[..., Any],
     """Checks that a configuration gives Optax's numbers: updates, state leaves and params.
 
     Both worlds run ``steps`` steps of ``update`` then ``apply_updates`` on the same numbers;
-    state NamedTuple classes and fields must match too. In float64, JAX runs with x64 enabled.
+    state NamedTuple classes and fields must match too. In float64, JAX and this package run in
+    64-bit mode (``jax_enable_x64`` and ``optax_compat.config``), in 32-bit mode otherwise.
     Raises :class:`unittest.SkipTest` (a skip under pytest) when Optax is not importable.
 
     Args:

@@ -2,10 +2,12 @@
 
 ``pytrees``, ``matching_trees`` and ``params_and_grads`` draw parameters and gradients;
 ``hyperparameters``, ``schedules`` and ``transforms`` draw configurations of this package's
-own transformations, printed as the code that builds them.
+own transformations, printed as the code that builds them; ``programs`` draws whole optimizer
+programs (combinators included) with their params and gradients, for differential testing.
 """
 
 from optax_compat.testing._config import Config, DescribedSchedule
+from optax_compat.testing._program_strategies import Program, grammar_names, programs
 from optax_compat.testing._transform_strategies import (
     DrawnTransformation,
     hyperparameters,
@@ -26,9 +28,12 @@ __all__ = [
     "Config",
     "DescribedSchedule",
     "DrawnTransformation",
+    "Program",
+    "grammar_names",
     "hyperparameters",
     "matching_trees",
     "params_and_grads",
+    "programs",
     "pytrees",
     "record_type",
     "schedule_names",

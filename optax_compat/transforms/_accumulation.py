@@ -68,6 +68,7 @@ def trace(
       >>> updates["w"]
       tensor([ 0.5000, -1.0000])
     """
+    accumulator_dtype = bb.canonical_dtype(accumulator_dtype)
 
     def init_fn(params: base.Params) -> TraceState:
         return TraceState(trace=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
@@ -126,6 +127,7 @@ def ema(
       >>> updates["w"]
       tensor([ 0.5000, -1.0000])
     """
+    accumulator_dtype = bb.canonical_dtype(accumulator_dtype)
 
     def init_fn(params: base.Params) -> EmaState:
         return EmaState(count=bb.zero_count(params),
@@ -135,6 +137,10 @@ def ema(
         del params
         grads, spec = tm.flatten(updates)
         moments = tm.leaves_like(state.ema, spec, "state.ema", reference=updates)
+        if not all(map(tm.is_inexact, grads)):
+            # A bool or integer measurement (``measure_with_ema``) meets the weak decay: JAX
+            # computes in its default float.
+            grads = [g if tm.is_inexact(g) else g.to(bb.default_float()) for g in grads]
         if tm.same_dtypes(grads, moments):
             new_ema = tm.unflatten(spec, tm.ema(moments, grads, decay))
         else:
@@ -312,6 +318,7 @@ class MultiSteps:
           ValueError: if ``every_k_schedule`` is an int below 1.
           TypeError: if ``every_k_schedule`` is neither an int nor callable.
         """
+        accumulator_dtype = bb.canonical_dtype(accumulator_dtype)
         self._opt = base.with_extra_args_support(opt)
         # A skipped or accumulating mini-step keeps the old inner state: never update in place.
         self.update = bb.tolerates_none(bb.without_inplace_request(self.update))

@@ -62,7 +62,7 @@ def add_decayed_weights(
                   *, inplace: bool = False, **extra_args: Any):
         del extra_args
         if params is None:
-            raise ValueError(f"add_decayed_weights: {base.NO_PARAMS_MSG}")
+            raise ValueError(f"add_decayed_weights: {bb.NO_PARAMS_MSG}")
         new_state = (WeightDecaySchedule(numerics.safe_increment(state.count)) if is_schedule
                      else state)
         if bb.is_zero(weight_decay):

@@ -337,7 +337,7 @@ def adaptive_grad_clip(clipping: Scalar, eps: Scalar = 1e-3,
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
         if params is None:
-            raise ValueError(f"adaptive_grad_clip: {base.NO_PARAMS_MSG}")
+            raise ValueError(f"adaptive_grad_clip: {bb.NO_PARAMS_MSG}")
         update_leaves, spec = tm.flatten(updates)
         param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
         clipped = [clip_unit(u, p) for u, p in zip(update_leaves, param_leaves, strict=True)]

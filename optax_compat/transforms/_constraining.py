@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import torch
 
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 NonNegativeParamsState = base.EmptyState
@@ -40,7 +41,7 @@ def keep_params_nonnegative() -> base.GradientTransformation:
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
         if params is None:
-            raise ValueError(f"keep_params_nonnegative: {base.NO_PARAMS_MSG}")
+            raise ValueError(f"keep_params_nonnegative: {bb.NO_PARAMS_MSG}")
         update_leaves, spec = tm.flatten(updates)
         param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
         new_params = tm.add(param_leaves, update_leaves)

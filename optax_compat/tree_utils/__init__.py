@@ -40,3 +40,30 @@ from optax_compat.tree_utils._tree_math import (
     tree_where,
     tree_zeros_like,
 )
+
+# isort: split
+import functools as _functools
+
+from optax_compat._src.deprecations import deprecation_getattr as _deprecation_getattr
+
+_deprecations = {
+    "tree_scalar_mul": (
+        "optax.tree_utils.tree_scalar_mul is deprecated: use optax.tree_utils.tree_scale"
+        " (optax v0.2.5 or newer).", tree_scale),
+    # Optax's own message for this name also says tree_scalar_mul.
+    "tree_add_scalar_mul": (
+        "optax.tree_utils.tree_scalar_mul is deprecated: use optax.tree_utils.tree_scale"
+        " (optax v0.2.5 or newer).", tree_add_scale),
+    "tree_l1_norm": (
+        "optax.tree_utils.tree_l1_norm is deprecated: use optax.tree_utils.tree_norm(..., ord=1)"
+        " (optax v0.2.5 or newer).", _functools.partial(tree_norm, ord=1)),
+    "tree_l2_norm": (
+        "optax.tree_utils.tree_l2_norm is deprecated: use optax.tree_utils.tree_norm"
+        " (optax v0.2.5 or newer).", _functools.partial(tree_norm, ord=2)),
+    "tree_linf_norm": (
+        "optax.tree_utils.tree_linf_norm is deprecated: use"
+        " optax.tree_utils.tree_norm(..., ord=jnp.inf) (optax v0.2.5 or newer).",
+        _functools.partial(tree_norm, ord="inf")),
+}
+__getattr__ = _deprecation_getattr(__name__, _deprecations)
+del _deprecation_getattr

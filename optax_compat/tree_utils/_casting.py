@@ -8,6 +8,7 @@ from typing import Any, Optional, TypeVar
 import optree
 import torch
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 T = TypeVar("T")
@@ -17,6 +18,7 @@ def tree_cast(tree: Any, dtype: Optional[torch.dtype]) -> Any:
     """Casts every leaf to ``dtype``; returns ``tree`` unchanged when ``dtype`` is ``None``."""
     if dtype is None:
         return tree
+    dtype = bb.canonical_dtype(dtype)
     return tm.tree_map(lambda x: x.to(dtype), tree)
 
 
@@ -27,7 +29,7 @@ def tree_cast_like(tree: T, other_tree: Any) -> T:
 
 
 def _dtype_of(x: Any) -> torch.dtype:
-    return x.dtype if isinstance(x, torch.Tensor) else torch.as_tensor(x).dtype
+    return x.dtype if isinstance(x, torch.Tensor) else bb.as_weak(x).dtype
 
 
 def _higher(a: torch.dtype, b: torch.dtype) -> torch.dtype:
@@ -51,7 +53,7 @@ def tree_dtype(tree: Any, mixed_dtype_handler: Optional[str] = None) -> torch.dt
         order (an error if two leaves are not ordered).
 
     Returns:
-      A ``torch.dtype`` (the default dtype for an empty tree).
+      A ``torch.dtype`` (JAX's default float for an empty tree, see ``optax_compat.config``).
 
     Raises:
       ValueError: for mixed dtypes with ``mixed_dtype_handler=None``, unordered dtypes, or an
@@ -60,7 +62,7 @@ def tree_dtype(tree: Any, mixed_dtype_handler: Optional[str] = None) -> torch.dt
     paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=tm.NONE_IS_LEAF,
                                                      namespace=tm.NAMESPACE)
     if not leaves:
-        return torch.get_default_dtype()
+        return bb.default_float()
     dtypes = [_dtype_of(x) for x in leaves]
     if mixed_dtype_handler is None:
         for path, dtype in zip(paths, dtypes):

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import torch
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src import utils
 from optax_compat._src.building_blocks import tree_math as tm
 
@@ -44,6 +45,7 @@ def tree_random_like(
     Returns:
       A random tree with the structure of ``target_tree``.
     """
+    dtype = bb.canonical_dtype(dtype)
     xs, spec = tm.flatten(target_tree)
     seeds = utils.split_key(rng_key, len(xs))
     return tm.unflatten(spec, [

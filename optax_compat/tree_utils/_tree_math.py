@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = Union[float, int, torch.Tensor]
@@ -182,16 +183,19 @@ def tree_batch_shape(tree: Any, shape: tuple[int, ...] = ()) -> Any:
 
 def tree_zeros_like(tree: Any, dtype: Optional[torch.dtype] = None) -> Any:
     """A tree of zeros with the structure, shapes (and dtypes unless given) of ``tree``."""
+    dtype = bb.canonical_dtype(dtype)
     return tm.tree_map(lambda x: torch.zeros_like(x, dtype=dtype), tree)
 
 
 def tree_ones_like(tree: Any, dtype: Optional[torch.dtype] = None) -> Any:
     """A tree of ones with the structure, shapes (and dtypes unless given) of ``tree``."""
+    dtype = bb.canonical_dtype(dtype)
     return tm.tree_map(lambda x: torch.ones_like(x, dtype=dtype), tree)
 
 
 def tree_full_like(tree: Any, fill_value: Scalar, dtype: Optional[torch.dtype] = None) -> Any:
     """A tree filled with ``fill_value``, with the structure and shapes of ``tree``."""
+    dtype = bb.canonical_dtype(dtype)
     return tm.tree_map(lambda x: torch.full_like(x, fill_value, dtype=dtype), tree)
 
 

@@ -148,6 +148,9 @@ CASES = [
          lambda lib: {"learning_rate": 0.1, "bias_correction_mu": False,
                       "bias_correction_nu": False, "eps_root": 1e-6}),
     Case("fromage", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),
+    # The schedule's value is float32 (an int32 count) even for float64 params, and Optax's
+    # weight decay ``shrink - 1`` cancels it near one: a float32 ulp of XLA's vs ATen's pow
+    # becomes up to ~1e-4 relative in the updates.
     Case("fromage", "schedule", lambda lib: {"learning_rate": decay_schedule(lib),
                                              "min_norm": 1e-3}, **FLOAT32_DECAY),
     Case("lamb", "default", lambda lib: {"learning_rate": 0.1}, dtypes=BOTH),

@@ -278,3 +278,32 @@ def test_bad_input_errors():
         perturbed(0, {"a": torch.tensor([1, 2])})
     with pytest.raises(TypeError, match="key"):
         perturbed(0.5, torch.zeros(3))
+
+
+def test_custom_noise_is_sampled_per_sample_with_each_leaf_shape_as_optax():
+    """Optax's protocol: ``sample(key, leaf.shape, dtype)`` once per sample and leaf."""
+    import jax
+    import optax
+
+    class Recording:
+        def __init__(self, draw):
+            self.draw, self.shapes = draw, []
+
+        def sample(self, key, sample_shape=(), dtype=float):
+            self.shapes.append(tuple(sample_shape))
+            return self.draw(key, sample_shape, dtype)
+
+        def log_prob(self, inputs):
+            self.shapes.append(("log_prob", tuple(inputs.shape)))
+            return -0.5 * inputs**2
+
+    fun = lambda tree: tree["a"].sum() + tree["b"].sum()
+    ours_noise = Recording(lambda key, shape, dtype: torch.randn(shape, dtype=dtype))
+    pert.make_perturbed_fun(fun, num_samples=3, noise=ours_noise)(
+        0, {"a": torch.zeros(2, 3), "b": torch.zeros(4)})
+    theirs_noise = Recording(jax.random.normal)
+    optax.perturbations.make_perturbed_fun(fun, num_samples=3, noise=theirs_noise)(
+        jax.random.key(0), {"a": jax.numpy.zeros((2, 3)), "b": jax.numpy.zeros(4)})
+    # JAX traces each call once under vmap; the calls are per sample with the leaf's shape.
+    assert sorted(set(ours_noise.shapes), key=str) == sorted(set(theirs_noise.shapes), key=str)
+    assert ours_noise.shapes.count((2, 3)) == 3 and ours_noise.shapes.count((4,)) == 3

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat.testing import assert_leaves_close, jax_precision
+from optax_compat.testing import jax_precision
 
-COUNTS = list(range(0, 201))
+# Every third count to 200, plus both sides of the decay ends used below.
+COUNTS = sorted(set(range(0, 201, 3)) | {49, 50, 51, 99, 100, 101, 149, 150, 151, 169, 170, 171,
+                                         179, 180, 181})
 
 CONFIGS = [
     ("constant_schedule", dict(value=0.3)),
@@ -58,51 +60,75 @@ CONFIGS = [
 ]
 
 
-def _values(schedule, counts, as_tensor):
-    """The schedule's values at ``counts``, each in the dtype the schedule returns."""
-    return [schedule(torch.tensor(count, dtype=torch.int32) if as_tensor else count)
-            for count in counts]
-
-
-# The suite's float32 tolerance, with a tighter absolute floor for values of order one.
-ATOL = {torch.float32: 1e-7}
-
-
 def _float32_cosine(name, kwargs):
-    """Optax evaluates this cosine in float32 even under x64 (an int32 count divided by int
-    bounds) and returns it as float64; XLA's and PyTorch's float32 cos differ in the last bit."""
+    """Optax's piecewise cosine takes the cosine of a float32 fraction even in 64-bit mode."""
     return name == "cosine_onecycle_schedule" or kwargs.get("interpolate_type") == "cosine"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def _values_and_dtypes(schedule, counts, as_count):
+    values = [schedule(as_count(count)) for count in counts]
+    dtypes = [str(getattr(v, "dtype", type(v).__name__)).replace("torch.", "") for v in values]
+    return np.array([float(v) for v in values]), dtypes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["x64_off", "x64_on"])
 @pytest.mark.parametrize("name,kwargs", CONFIGS,
                          ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)])
 def test_schedule_matches_optax(name, kwargs, dtype):
-    # Under x64, Optax still computes some schedules in float32 (an int32 count divided by int
-    # bounds, a float32 ``pow``); those values are compared at float32 tolerance.
+    """Values and dtypes at counts up to and past the decay, in JAX's 32-bit and 64-bit modes.
+
+    JAX's mode and ``optax_compat.config``'s switch are set together: float32 values with x64
+    off, and with it on float64 from Python ints while an int32 count divided by an int stays
+    float32, as in JAX.
+    """
     with jax_precision(dtype):
         theirs_schedule = getattr(optax, name)(**kwargs)
+        ours_schedule = getattr(ox, name)(**kwargs)
         # Eager, op by op, like the eager PyTorch side (XLA fusion may round float32 differently).
-        theirs = [theirs_schedule(jnp.asarray(c, jnp.int32)) for c in COUNTS]
-        theirs_int = [theirs_schedule(c) for c in COUNTS[::10]]
-    ours_schedule = getattr(ox, name)(**kwargs)
+        theirs, theirs_dtypes = _values_and_dtypes(theirs_schedule, COUNTS,
+                                                   lambda c: jnp.asarray(c, jnp.int32))
+        ours, ours_dtypes = _values_and_dtypes(ours_schedule, COUNTS,
+                                               lambda c: torch.tensor(c, dtype=torch.int32))
+        theirs_int, theirs_int_dtypes = _values_and_dtypes(theirs_schedule, COUNTS[::10], int)
+        ours_int, ours_int_dtypes = _values_and_dtypes(ours_schedule, COUNTS[::10], int)
     assert getattr(ox.schedules, name) is getattr(ox, name)
-    rtol = {torch.float64: 2e-7} if _float32_cosine(name, kwargs) else None
-    assert_leaves_close(_values(ours_schedule, COUNTS, True), theirs, rtol=rtol, atol=ATOL,
-                        what="int32 counts")
-    assert_leaves_close(_values(ours_schedule, COUNTS[::10], False), theirs_int, rtol=rtol,
-                        atol=ATOL, what="Python int counts")
+    assert (ours_dtypes, ours_int_dtypes) == (theirs_dtypes, theirs_int_dtypes)
+    # Tolerances follow the dtype of the values (float32 values stay float32 in 64-bit mode);
+    # absolute errors scale with the schedule's largest value (a cosine near its end is the
+    # difference of two numbers of that size: XLA's and PyTorch's float32 cos differ by an ulp).
+    for mine, reference, dtypes in ((ours, theirs, theirs_dtypes),
+                                    (ours_int, theirs_int, theirs_int_dtypes)):
+        float32_inside = dtypes[-1] not in ("float64", "float") or _float32_cosine(name, kwargs)
+        rtol = 4e-7 if float32_inside else 1e-12
+        np.testing.assert_allclose(mine, reference, rtol=rtol,
+                                   atol=rtol * np.abs(reference).max())
 
 
-def test_join_schedules_matches_optax():
-    kwargs = lambda lib: dict(schedules=[lib.constant_schedule(1.0),
-                                         lib.linear_schedule(1.0, 0.0, 50),
-                                         lib.constant_schedule(0.3)], boundaries=[30, 90])
-    with jax_precision(torch.float64):
-        theirs = optax.join_schedules(**kwargs(optax))
-        expected = [theirs(jnp.asarray(c, jnp.int32)) for c in COUNTS]
-    ours = ox.join_schedules(**kwargs(ox))
-    assert_leaves_close(_values(ours, COUNTS, True), expected, atol=0.0)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["x64_off", "x64_on"])
+@pytest.mark.parametrize("pieces", ["constant-linear-constant", "cosine-linear", "pwc-exp"])
+def test_join_schedules_matches_optax(pieces, dtype):
+    """``jnp.where`` promotion: a strong float32 piece wins over a weak float64 one in x64."""
+    def schedules(lib):
+        return {"constant-linear-constant": [lib.constant_schedule(1.0),
+                                             lib.linear_schedule(1.0, 0.0, 50),
+                                             lib.constant_schedule(0.3)],
+                "cosine-linear": [lib.cosine_decay_schedule(1.0, 40),
+                                  lib.linear_schedule(0.5, 0.0, 50), lib.constant_schedule(0.3)],
+                "pwc-exp": [lib.piecewise_constant_schedule(1.0, {10: 0.5}),
+                            lib.exponential_decay(0.5, 10, 0.5),
+                            lib.cosine_decay_schedule(0.3, 60)]}[pieces]
+    with jax_precision(dtype):
+        theirs = optax.join_schedules(schedules(optax), boundaries=[30, 90])
+        ours = ox.join_schedules(schedules(ox), boundaries=[30, 90])
+        for as_count, counts in ((lambda c: torch.tensor(c, dtype=torch.int32), COUNTS),
+                                 (int, COUNTS[::10])):
+            mine, mine_dtypes = _values_and_dtypes(ours, counts, as_count)
+            reference, dtypes = _values_and_dtypes(
+                theirs, counts, lambda c, f=as_count: jnp.asarray(c, jnp.int32) if f is not int
+                else c)
+            assert mine_dtypes == dtypes
+            rtol = 1e-12 if dtypes[-1] == "float64" else 4e-7
+            np.testing.assert_allclose(mine, reference, rtol=rtol, atol=rtol)
 
 
 def test_schedule_values_are_tensors_on_the_count_device_and_differentiable():

@@ -12,6 +12,7 @@ import torch
 
 import optax_compat
 from optax_compat._src import base
+from optax_compat._src import building_blocks as bb
 from optax_compat._src import transform as T
 from optax_compat.testing import (
     assert_inplace_matches_pure,
@@ -354,7 +355,7 @@ def test_missing_params_names_the_transform(name):
     state = tx.init(make_tree())
     with pytest.raises(ValueError, match=name) as info:
         tx.update(make_tree(seed=1), state)
-    assert base.NO_PARAMS_MSG in str(info.value)
+    assert bb.NO_PARAMS_MSG in str(info.value)
 
 
 # Transforms with neither per-leaf state nor params have nothing to check updates against.

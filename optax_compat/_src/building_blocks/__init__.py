@@ -3,6 +3,8 @@
 * :mod:`.tree_math` — arithmetic over the leaves of pytrees with ``torch._foreach_*`` (the hot
   path), structure checks and reductions.
 * :mod:`.numbers` — which hyper-parameters are plain Python numbers.
+* :mod:`.dtypes` — dtype arguments as JAX code writes them; JAX's default precision (x64 mode)
+  and the weak-type rule for scalars.
 * :mod:`.state` — creating state buffers from params and reading them back, checked.
 * :mod:`.moments` — moving averages and bias corrections (Adam and relatives).
 * :mod:`.inplace` — the opt-in in-place path and how the request travels.
@@ -22,6 +24,14 @@ A transformation in five lines (Optax's shape, run on foreach kernels)::
 """
 
 from optax_compat._src.building_blocks import tree_math
+from optax_compat._src.building_blocks.dtypes import (
+    as_weak,
+    canonical_dtype,
+    default_float,
+    default_int,
+    is_weak,
+    result_dtype,
+)
 from optax_compat._src.building_blocks.inplace import (
     declares_inplace,
     supports_inplace,
@@ -39,6 +49,7 @@ from optax_compat._src.building_blocks.none_gradients import (
     present_pairs,
     pruning,
     tolerates_none,
+    tolerates_none_step,
 )
 from optax_compat._src.building_blocks.numbers import (
     check_hyperparameter,

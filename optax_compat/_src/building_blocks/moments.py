@@ -11,6 +11,7 @@ import torch
 
 from optax_compat._src import numerics
 from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._src.building_blocks.dtypes import default_float, is_weak
 from optax_compat._src.building_blocks.numbers import is_number, is_zero
 
 Scalar = tm.Scalar
@@ -34,12 +35,18 @@ def update_moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Le
 
 
 def bias_correction(decay: Scalar, count: torch.Tensor, xs: tm.Leaves) -> torch.Tensor:
-    """``1 - decay ** count`` as a 0-d tensor in the widest precision of the leaves ``xs``.
+    """``1 - decay ** count`` as a 0-d tensor, in the dtype JAX computes it in.
 
-    Optax evaluates it with JAX's default float (float32, or float64 under x64) before
-    casting to each moment's dtype: a low-precision power would round to one.
+    A strongly typed tensor ``decay`` (an injected float32 hyperparameter) keeps its dtype, as
+    JAX's ``decay ** count``; a Python number or a weak tensor (``building_blocks.dtypes``)
+    computes in JAX's default float, widened to the widest precision of the leaves ``xs`` (a
+    low-precision power would round to one, and float64 leaves outside 64-bit mode keep their
+    precision). The caller casts it to each moment's dtype, as Optax does.
     """
-    return 1 - decay ** count.to(tm.widest_real_dtype(xs))
+    if isinstance(decay, torch.Tensor) and decay.is_floating_point() and not is_weak(decay):
+        return 1 - decay ** count.to(decay.dtype)
+    dtype = torch.promote_types(default_float(), tm.widest_real_dtype(xs))
+    return 1 - decay ** count.to(dtype)
 
 
 def debias(xs: tm.Leaves, correction: torch.Tensor) -> tm.Leaves:

@@ -42,6 +42,7 @@ import torch
 from optax_compat._src.building_blocks import tree_math as tm
 
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
+StepFn = TypeVar("StepFn", bound=Callable[..., Any])
 
 _MARK = "tolerates_none"
 _WRAPPER = "_tolerating_none"
@@ -232,3 +233,23 @@ def present_pairs(params: Any, updates: Any) -> tuple[list[Any], optree.PyTreeSp
     update_leaves = spec.flatten_up_to(updates)
     return param_leaves, spec, update_leaves, [i for i, u in enumerate(update_leaves)
                                                if u is not None]
+
+
+def tolerates_none_step(step: StepFn) -> StepFn:
+    """A whole in-place step ``step(params, grads, state) -> state`` that skips ``None`` grads.
+
+    The step runs on the parameters whose gradient is present; the others and their state
+    entries are left exactly as they were, as :func:`tolerates_none` does for ``update``.
+    """
+
+    @functools.wraps(step)
+    def step_present(params: Any, grads: Any, state: Any) -> Any:
+        plan = pruning(grads)
+        if plan is None:
+            return step(params, grads, state)
+        hidden_params, hidden_state = plan.params(params), plan.state(state)
+        if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
+            return step(params, grads, state)
+        return plan.restore(state, step(hidden_params, grads, hidden_state))
+
+    return step_present

@@ -12,8 +12,10 @@ Conventions:
 * Functions without a trailing underscore are pure: they return new tensors and never write
   into their arguments; those ending in ``_`` write into their first argument (in-place paths).
 * A "scalar" may be a Python number, a 0-d tensor (a schedule value, a hyperparameter that
-  requires grad for meta-learning) or a list with one value per leaf. A 0-d tensor does not
-  promote the dtype of the leaves, as in JAX's weak typing.
+  requires grad for meta-learning) or a list with one value per leaf. A scalar never promotes
+  the dtype of the leaves it meets: it is rounded to each leaf's dtype (:func:`scalar_like`,
+  :func:`_operand`), the one weak-type rule of :mod:`.dtypes`; arithmetic between scalars runs
+  in the scalars' own dtypes first (as JAX computes on them).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Union
 import optree
 import torch
 
+from optax_compat._src.building_blocks.dtypes import as_weak, default_float
 from optax_compat._src.building_blocks.numbers import is_one
 
 Leaves = list[torch.Tensor]
@@ -132,8 +135,25 @@ def leaves_like(tree: Any, spec: optree.PyTreeSpec, what: str, reference: Any = 
     if tree_spec != spec:
         where = (first_difference(tree, reference, what, "updates") if reference is not None
                  else f"expected structure {spec}, got {tree_spec}")
-        raise ValueError(f"The structure of {what} does not match the updates: {where}.")
+        raise ValueError(f"The structure of {what} does not match the updates: {where}."
+                         f"{_swapped_value_and_grad_hint(reference, tree_spec)}")
     return tree_leaves
+
+
+def _swapped_value_and_grad_hint(updates: Any, expected: optree.PyTreeSpec) -> str:
+    """A hint when ``updates`` looks like a loss value, or a ``(grad, value)`` pair.
+
+    ``torch.func.grad_and_value`` returns ``(grad, value)``, the reverse of
+    ``jax.value_and_grad``: unpacking it in JAX's order hands the loss to ``update``.
+    """
+    is_value = lambda x: isinstance(x, torch.Tensor) and x.ndim == 0
+    pair = isinstance(updates, tuple) and len(updates) == 2
+    if not (is_value(updates) or (pair and any(map(is_value, updates))
+                                  and any(treespec(x) == expected for x in updates))):
+        return ""
+    return (" The updates look like a loss value (or a (grad, value) pair): note that "
+            "torch.func.grad_and_value returns (grad, value), the reverse of "
+            "jax.value_and_grad's (value, grad).")
 
 
 def check_same_structure(expected: Any, actual: Any, what: str) -> None:
@@ -337,7 +357,7 @@ def cast(xs: Leaves, dtype: torch.dtype | None) -> Leaves:
 def sum_of_squares(xs: Leaves) -> torch.Tensor:
     """``sum(x ** 2)`` over all elements of all leaves (complex leaves use ``|x| ** 2``)."""
     if not xs:
-        return torch.tensor(0.0)
+        return as_weak(0.0)
     norms = torch._foreach_norm([x.abs() if x.is_complex() else x for x in xs])
     return sum_scalars(torch._foreach_mul(norms, norms))
 
@@ -358,7 +378,9 @@ def vdot(xs: Leaves, ys: Leaves) -> torch.Tensor:
 
 
 def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Adds 0-d tensors of possibly different dtypes, promoting as JAX does."""
+    """Adds 0-d tensors of possibly different dtypes, promoting as JAX does (none: a weak 0)."""
+    if not values:
+        return as_weak(0.0)
     dtype = values[0].dtype
     for value in values[1:]:
         dtype = torch.promote_types(dtype, value.dtype)
@@ -366,12 +388,18 @@ def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def widest_real_dtype(xs: Leaves) -> torch.dtype:
-    """The widest real floating dtype among the leaves (complex leaves count as their parts)."""
+    """The widest real floating dtype among the leaves (complex leaves count as their parts).
+
+    Float32 when all leaves are narrower; JAX's default float when there is no floating leaf
+    (an empty group: what JAX computes in without any operand).
+    """
+    reals = [x.real.dtype if x.is_complex() else x.dtype for x in xs]
+    reals = [dtype for dtype in reals if dtype.is_floating_point]
+    if not reals:
+        return default_float()
     dtype = torch.float32
-    for x in xs:
-        real = x.real.dtype if x.is_complex() else x.dtype
-        if real.is_floating_point:
-            dtype = torch.promote_types(dtype, real)
+    for real in reals:
+        dtype = torch.promote_types(dtype, real)
     return dtype
 
 
@@ -449,7 +477,8 @@ def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
 # Input checks, weakly typed scalars and single-pass kernels for ``_src/transform.py``.
 
 
-def _is_inexact(x: Any) -> bool:
+def is_inexact(x: Any) -> bool:
+    """Whether ``x`` is a floating or complex tensor (what JAX calls inexact)."""
     return isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
 
 
@@ -467,11 +496,11 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
       TypeError: naming the path and dtype of the first leaf that is not an inexact tensor.
     """
     xs, spec = flatten(tree)
-    if all(map(torch.is_floating_point, xs)) or all(map(_is_inexact, xs)):
+    if all(map(torch.is_floating_point, xs)) or all(map(is_inexact, xs)):
         return xs, spec
     paths, path_leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=NONE_IS_LEAF,
                                                           namespace=NAMESPACE)
-    path, leaf = next((p, x) for p, x in zip(paths, path_leaves) if not _is_inexact(x))
+    path, leaf = next((p, x) for p, x in zip(paths, path_leaves) if not is_inexact(x))
     kind = leaf.dtype if isinstance(leaf, torch.Tensor) else type(leaf).__name__
     raise TypeError(f"The leaf of {what} at path {_path_str(path)} is {kind}; a floating-point "
                     "or complex tensor is required.")
@@ -636,17 +665,15 @@ def at_least(values: torch.Tensor, minimum: Scalar) -> torch.Tensor:
 
 
 def ema_in_dtypes(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf, a tensor ``decay`` rounded per operand.
+    """``(1 - decay) * value + decay * moment`` per leaf, for a tensor ``decay``.
 
-    JAX multiplies an array ``decay`` (a schedule's value, a ``jnp.where`` between
-    hyperparameters) in the dtype of each operand, so ``decay`` is rounded to the leaf's dtype
-    *before* ``1 - decay`` is taken; for a decay close to one in ``float32`` this differs from
-    rounding ``1 - decay`` computed in ``float64``. Moments and values may differ in dtype
-    (``mu_dtype``); the sum then promotes. Python-number decays are used as they are.
+    The scalar arithmetic ``1 - decay`` runs in ``decay``'s own dtype, as JAX computes on a
+    schedule's value or an injected hyperparameter, and each scalar is then rounded to the
+    operand it multiplies (the weak-type rule of ``building_blocks.dtypes``). Moments and
+    values may differ in dtype (``mu_dtype``); the sum then promotes.
     """
-    rounded = scalar_like(decay, values)
-    complement = ([1 - d for d in rounded] if isinstance(rounded, list) else 1 - rounded)
-    return add(mul(values, complement), mul(moments, scalar_like(decay, moments)))
+    return add(mul(values, scalar_like(1 - decay, values)),
+               mul(moments, scalar_like(decay, moments)))
 
 
 def ravel(xs: Leaves) -> torch.Tensor:
