@@ -319,9 +319,9 @@ def _watch_meta_gradients(nu_hats: tm.Leaves) -> None:
             nu_hat.register_hook(_check_finite)
 
 
-def _check_finite(grad: torch.Tensor) -> None:
+def _check_finite(grad: Optional[torch.Tensor]) -> None:
     global _warned_non_finite
-    if not _warned_non_finite and not bool(torch.isfinite(grad).all()):
+    if grad is not None and not _warned_non_finite and not bool(torch.isfinite(grad).all()):
         _warned_non_finite = True
         warnings.warn(
             "A gradient through Adam's second moment is not finite: at eps_root=0, "

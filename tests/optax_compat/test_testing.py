@@ -309,7 +309,7 @@ def test_assert_trees_all_close_uses_the_tolerance_of_each_pair_of_leaves():
 
 def test_assert_tree_structure_equal_names_the_difference():
     assert_tree_structure_equal({"a": (1, 2)}, {"a": (3, 4)})
-    with pytest.raises(AssertionError, match=r"state.*\['b'\]"):
+    with pytest.raises(AssertionError, match=r"state.*key 'b'"):
         assert_tree_structure_equal({"a": 1}, {"a": 1, "b": 2}, what="state")
     with pytest.raises(AssertionError, match="node types differ"):
         assert_tree_structure_equal((1, 2), [1, 2])

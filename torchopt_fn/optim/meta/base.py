@@ -21,6 +21,12 @@ from torchopt_fn.utils import extract_module_containers
 __all__ = ["MetaOptimizer"]
 
 
+def _parameter_names(module: nn.Module) -> list[tuple[str, ...]]:
+    """For each non-empty ``_parameters`` dict of ``module`` (``modules()`` order), its names."""
+    return [tuple(f"{prefix}.{key}" if prefix else key for key in submodule._parameters)
+            for prefix, submodule in module.named_modules() if submodule._parameters]
+
+
 class MetaOptimizer:
     """Updates a module's parameters out of place, so that the updates can be differentiated.
 
@@ -40,6 +46,8 @@ class MetaOptimizer:
         self.impl: GradientTransformation = as_transformation(impl)
         self.param_containers_groups: list[ModuleTensorContainers] = []
         self.state_groups: list[OptState] = []
+        # Each group's parameter names, in flattening order: the visualizer labels steps with them.
+        self._parameter_name_groups: list[list[str]] = []
         self._step_count = 0
         self.add_param_group(module)
 
@@ -59,6 +67,10 @@ class MetaOptimizer:
                 "differentiable step needs the loss's graph to reach them. Wrap the module "
                 "with DistributedDataParallel instead (each rank keeps whole parameters).")
         self.param_containers_groups.append(containers)
+        self._parameter_name_groups.append(tree_math.leaves(tuple(
+            dict(zip(container, container_names, strict=True))
+            for container, container_names in zip(containers, _parameter_names(module),
+                                                  strict=True))))
         self.state_groups.append(UninitializedState())
 
     def _initialized_state(self, index: int) -> OptState:
