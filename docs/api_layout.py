@@ -19,6 +19,7 @@ NAMESPACES = [
     "optax_compat.projections", "optax_compat.second_order", "optax_compat.perturbations",
     "optax_compat.assignment", "optax_compat.microbatching", "optax_compat.experimental",
     "optax_compat.experimental.aggregating", "optax_compat.testing", "optax_compat.checkpoint",
+    "optax_compat.porting", "optax_compat.distributed",
     "torchopt_fn", "torchopt_fn.accelerated_op", "torchopt_fn.alias", "torchopt_fn.base",
     "torchopt_fn.clip", "torchopt_fn.combine", "torchopt_fn.diff", "torchopt_fn.diff.implicit",
     "torchopt_fn.diff.implicit.nn", "torchopt_fn.diff.zero_order",
@@ -262,6 +263,11 @@ PAGES = [
     ("optax_compat/pytorch", "PyTorch training stack", "", [
         ("Any transformation as a torch.optim.Optimizer", [
             "optax_compat.TorchOptimizer", "optax_compat.torch_optimizer",
+        ]),
+        ("The whole in-place step", ["optax_compat.inplace_step"]),
+        ("Distributed checkpoints (flat, name-keyed states for torch.distributed.checkpoint)", [
+            "optax_compat.distributed.state_to_flat_dict",
+            "optax_compat.distributed.state_from_flat_dict",
         ]),
         ("Checkpoints", [
             "optax_compat.checkpoint.save", "optax_compat.checkpoint.load",
@@ -579,6 +585,33 @@ PAGES = [
         ("Assertions", [
             "optax_compat.testing.assert_trees_all_close",
             "optax_compat.testing.assert_tree_structure_equal",
+            "optax_compat.testing.assert_leaves_close",
+            "optax_compat.testing.assert_same_state_types",
+            "optax_compat.testing.assert_inplace_matches_pure",
+        ]),
+        ("Comparison engine", [
+            "optax_compat.testing.compare_with_optax",
+            "optax_compat.testing.compare_function_with_optax",
+            "optax_compat.testing.state_signature", "optax_compat.testing.jax_precision",
+            "optax_compat.testing.jit_optax", "optax_compat.testing.to_jax",
+            "optax_compat.testing.to_numpy", "optax_compat.testing.to_torch",
+        ]),
+        ("Tolerances that follow the dtype of the values compared", [
+            "optax_compat.testing.tolerance", "optax_compat.testing.Tolerances",
+            "optax_compat.testing.Tolerance", "optax_compat.testing.RTOL",
+            "optax_compat.testing.ATOL",
+        ]),
+        ("Test data", [
+            "optax_compat.testing.make_tree", "optax_compat.testing.random_tree",
+            "optax_compat.testing.seeded_randn", "optax_compat.testing.seeded_randint",
+        ]),
+    ]),
+    ("optax_compat/porting", "Porting from JAX", "", [
+        ("JAX's x64 switch", ["optax_compat.config"]),
+        ("Keys and tree paths", [
+            "optax_compat.porting.split_key", "optax_compat.porting.KeyLike",
+            "optax_compat.porting.DictKey", "optax_compat.porting.SequenceKey",
+            "optax_compat.porting.GetAttrKey", "optax_compat.porting.NamedTupleKey",
         ]),
     ]),
     ("torchopt_fn/functional_optimizers", "Functional optimizers", "", [

@@ -11,7 +11,7 @@ One comparison engine, used by this package's own test suite and by users:
   :func:`check_differentiable`, :func:`check_compilable`, :func:`assert_inplace_matches_pure`.
 * **Assertions** whose messages name the first offending path: :func:`assert_trees_all_close`,
   :func:`assert_leaves_close`, :func:`assert_tree_structure_equal`. Their tolerances follow
-  the dtype of the values compared (:func:`tolerance`): float32 values get float32's tolerance
+  the dtype of the values compared (:func:`.tolerance`): float32 values get float32's tolerance
   even inside a float64 test, so that comparisons pass on any CPU.
 * **Data**: :func:`make_tree`, :func:`random_tree`, :func:`seeded_randn`, :func:`seeded_randint`.
 

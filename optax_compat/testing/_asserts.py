@@ -141,7 +141,7 @@ def assert_trees_all_close(actual: Any, expected: Any, rtol: Tolerance = None,
       actual: the tree under test.
       expected: the reference tree.
       rtol: relative tolerance; by default, for each pair of leaves, that of the least precise
-        floating dtype of the two (see :func:`tolerance`, which also explains per-dtype
+        floating dtype of the two (see :func:`.tolerance`, which also explains per-dtype
         overrides ``{dtype: rtol}``).
       atol: absolute tolerance; likewise.
       what: a name for ``actual`` used in the failure message.
@@ -173,8 +173,8 @@ def assert_leaves_close(actual: Any, expected: Any, rtol: Tolerance = None,
     Args:
       actual: the tree under test; failure messages name its paths.
       expected: the reference tree.
-      rtol: relative tolerance (see :func:`tolerance`).
-      atol: absolute tolerance (see :func:`tolerance`).
+      rtol: relative tolerance (see :func:`.tolerance`).
+      atol: absolute tolerance (see :func:`.tolerance`).
       what: a name for ``actual`` used in the failure message.
 
     Raises:

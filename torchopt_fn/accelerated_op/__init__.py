@@ -6,7 +6,7 @@ through ``optax_compat``'s Adam engine) for the in-place steps of :class:`torcho
 :class:`torchopt_fn.AdamW`, and TorchOpt's backward (0 where the first moment is 0) for
 differentiable ones. Every other step, and every differentiable one, runs on the
 multi-tensor ``torch._foreach_*`` kernels of :mod:`optax_compat`. :func:`is_available` tells
-whether the accelerated path runs on the given devices; :func:`fast_path` names its kernels.
+whether the accelerated path runs on the given devices; :func:`.fast_path` names its kernels.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def is_available(devices: Device | Iterable[Device] | None = None) -> bool:
     """Whether ``use_accelerated_op=True`` runs on every one of ``devices``, as in TorchOpt.
 
     The accelerated path runs wherever tensors can be created: on PyTorch's fused Adam kernel
-    where it exists, else on the multi-tensor kernels (see :func:`fast_path`). As TorchOpt's
+    where it exists, else on the multi-tensor kernels (see :func:`.fast_path`). As TorchOpt's
     (whose compiled kernel is absent here), the answer is ``False`` only for CUDA without a GPU.
 
     Args:
