@@ -35,15 +35,6 @@ def _build(out: pathlib.Path) -> pathlib.Path:
     return out / "html"
 
 
-def _resolve(dotted: str):
-    top, *rest = dotted.split(".")
-    found = importlib.import_module(top)
-    for part in rest:
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            found = importlib.import_module(f"{found.__name__}.{part}")
-    return found
 
 
 def _public(module) -> list[str]:
@@ -68,7 +59,7 @@ def public_namespaces() -> set[str]:
     pending = sorted(found)
     while pending:
         namespace = pending.pop()
-        module = _resolve(namespace)
+        module = pkgutil.resolve_name(namespace)
         exported = set(getattr(module, "__all__", ()))
         for name in _public(module) if namespace not in PACKAGES else dir(module):
             value = getattr(module, name)
@@ -81,8 +72,8 @@ def public_namespaces() -> set[str]:
                 found.add(dotted)
                 pending.append(dotted)
     return {namespace for namespace in found
-            if any(not inspect.ismodule(getattr(_resolve(namespace), name))
-                   for name in _public(_resolve(namespace)))}
+            if any(not inspect.ismodule(getattr(pkgutil.resolve_name(namespace), name))
+                   for name in _public(pkgutil.resolve_name(namespace)))}
 
 
 def _inventory(site: pathlib.Path) -> dict[str, set[str]]:
@@ -101,8 +92,8 @@ def _check_names(site: pathlib.Path) -> None:
     documented = set().union(*(names for kind, names in inventory.items()
                                if kind.startswith("py:")))
     public = {f"{namespace}.{name}" for namespace in public_namespaces()
-              for name in _public(_resolve(namespace))
-              if not inspect.ismodule(getattr(_resolve(namespace), name))}
+              for name in _public(pkgutil.resolve_name(namespace))
+              if not inspect.ismodule(getattr(pkgutil.resolve_name(namespace), name))}
     assert len(public) > 500
     assert public - documented == set()
 

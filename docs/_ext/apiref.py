@@ -19,6 +19,7 @@ import importlib
 import inspect
 import itertools
 import pathlib
+import pkgutil
 import re
 import sys
 import typing
@@ -42,16 +43,6 @@ def _layout() -> Any:
         sys.path.remove(str(DOCS))
 
 
-def resolve(dotted: str) -> Any:
-    """The module or attribute at ``dotted`` (``optax_compat.experimental.aggregating`` is one)."""
-    top, *rest = dotted.split(".")
-    found = importlib.import_module(top)
-    for part in rest:
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            found = importlib.import_module(f"{found.__name__}.{part}")
-    return found
 
 
 def public_names(namespace: str) -> list[str]:
@@ -61,7 +52,7 @@ def public_names(namespace: str) -> list[str]:
     ``__all__`` also shows what it imported for its annotations (``from __future__ import
     annotations``, ``typing.Any``, ``collections.abc.Sequence``); those are left out too.
     """
-    module = resolve(namespace)
+    module = pkgutil.resolve_name(namespace)
     names = getattr(module, "__all__", None)
     if names is None:
         names = [name for name in dir(module) if not name.startswith("_")
@@ -129,7 +120,7 @@ def _topic_page(title: str, intro: str, sections: list[tuple[str, list[str]]],
     for section, names in sections:
         lines += _heading(section, "-")
         for name in names:
-            obj = resolve(name)
+            obj = pkgutil.resolve_name(name)
             target = canonical[id(obj)] if _is_identity_comparable(obj) else name
             if target == name:
                 lines += _entry(name, obj)
@@ -139,7 +130,7 @@ def _topic_page(title: str, intro: str, sections: list[tuple[str, list[str]]],
 
 
 def _namespace_page(namespace: str, canonical: dict[int, str], documented: set[str]) -> list[str]:
-    module = resolve(namespace)
+    module = pkgutil.resolve_name(namespace)
     lines = _heading(f"``{namespace}``", "=")
     lines += [f".. py:module:: {namespace}", ""]
     summary = (inspect.getdoc(module) or "").split("\n\n")[0]
@@ -185,7 +176,7 @@ def generate(app: Sphinx) -> None:
         for _, names in sections:
             for name in names:
                 try:
-                    obj = resolve(name)
+                    obj = pkgutil.resolve_name(name)
                 except (AttributeError, ImportError):
                     LOGGER.warning("docs/api_layout.py lists %s, which does not exist", name,
                                    type="apiref", subtype="unknown")

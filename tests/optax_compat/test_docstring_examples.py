@@ -11,6 +11,7 @@ import functools
 import importlib
 import inspect
 import pathlib
+import pkgutil
 import sys
 
 import pytest
@@ -31,22 +32,13 @@ EXAMPLE_PAGES = ["optax_compat/optimizers", "optax_compat/transformations",
 TYPE_SECTIONS = {"Types", "States", "Schedule type"}
 
 
-def _resolve(dotted):
-    top, *rest = dotted.split(".")
-    found = importlib.import_module(top)
-    for part in rest:
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            found = importlib.import_module(f"{found.__name__}.{part}")
-    return found
 
 
 def _documented_objects():
     """One (name, object) per distinct public object of optax_compat with a ``>>>`` example."""
     seen = set()
     for namespace in NAMESPACES:
-        module = _resolve(namespace)
+        module = pkgutil.resolve_name(namespace)
         names = getattr(module, "__all__", None) or [
             name for name in dir(module) if not name.startswith("_")]
         for name in names:
@@ -77,13 +69,14 @@ def _example_targets():
         if slug in EXAMPLE_PAGES:
             for heading, names in sections:
                 if heading not in TYPE_SECTIONS:
-                    yield from (name for name in names if _needs_example(_resolve(name)))
+                    yield from (name for name in names
+                                if _needs_example(pkgutil.resolve_name(name)))
 
 
 def test_every_optimizer_transform_combinator_and_schedule_has_an_example():
     targets = list(_example_targets())
     assert len(targets) > 100
-    missing = [name for name in targets if ">>>" not in (_resolve(name).__doc__ or "")]
+    missing = [name for name in targets if ">>>" not in (pkgutil.resolve_name(name).__doc__ or "")]
     assert missing == []
 
 
