@@ -43,6 +43,10 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     "test_optim.py::test_FuncOptimizer[dtype(torch.float64)-lr(0.001)-optimizers((<function "
     "adagrad>, <class 'torch.optim.adagrad.Adagrad'>, {'eps': 1e-08}))-inplace(True)-"
     "weight_decay(0.01)]": _INPLACE_THROUGH_GRAPH,
+    "test_hook.py::test_zero_nan_hook": (
+        "asserts that its hook got handle id 0, i.e. that it is the first tensor hook of the "
+        "process (torch numbers hooks globally); our differentiable Adam steps register a "
+        "finiteness hook to warn about NaN meta-gradients, so an earlier test takes id 0"),
 }
 
 _UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection",

@@ -67,8 +67,10 @@ class MetaOptimizer:
                 "differentiable step needs the loss's graph to reach them. Wrap the module "
                 "with DistributedDataParallel instead (each rank keeps whole parameters).")
         self.param_containers_groups.append(containers)
+        # A parameter slot holding None (``bias=False``) has no leaf, so it gets no name.
         self._parameter_name_groups.append(tree_math.leaves(tuple(
-            dict(zip(container, container_names, strict=True))
+            {key: name for (key, value), name in zip(container.items(), container_names,
+                                                     strict=True) if value is not None}
             for container, container_names in zip(containers, _parameter_names(module),
                                                   strict=True))))
         self.state_groups.append(UninitializedState())
