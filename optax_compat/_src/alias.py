@@ -271,7 +271,7 @@ def adam(
       tensor([ 0.7016, -1.7006])
     """
     return _on_adam_engine(
-        adam_engine.AdamHyperParams(b1, b2, eps, eps_root, nesterov, mu_dtype),
+        adam_engine.AdamHyperParams(b1, b2, eps, eps_root, nesterov, bb.canonical_dtype(mu_dtype)),
         adam_engine.AliasTerms(learning_rate),
         transform.scale_by_learning_rate(learning_rate),
     )
@@ -348,7 +348,7 @@ def adamw(
       tensor([ 0.7016, -1.7006])
     """
     return _on_adam_engine(
-        adam_engine.AdamHyperParams(b1, b2, eps, eps_root, nesterov, mu_dtype),
+        adam_engine.AdamHyperParams(b1, b2, eps, eps_root, nesterov, bb.canonical_dtype(mu_dtype)),
         adam_engine.AliasTerms(learning_rate, weight_decay if mask is None else None),
         _adding.add_decayed_weights(weight_decay, mask),
         transform.scale_by_learning_rate(learning_rate),

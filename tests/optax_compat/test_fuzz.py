@@ -45,8 +45,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 import optax_compat as ox
 from optax_compat import testing
 from optax_compat._src.building_blocks import tree_math
-from optax_compat.testing import strategies
-from optax_compat.testing._optax_oracle import _state_classes
+from optax_compat.testing import state_signature, strategies
 
 FUZZ_LONG_EXAMPLES = 5_000
 settings.register_profile("fuzz-long", max_examples=FUZZ_LONG_EXAMPLES, deadline=None,
@@ -125,7 +124,7 @@ def _compare(ours_trace, theirs_trace, program):
         if ours[0] == "raised":
             return
         ours_state, theirs_state = ours[-1], theirs[-1]
-        assert _state_classes(ours_state) == _state_classes(theirs_state), where
+        assert state_signature(ours_state) == state_signature(theirs_state), where
         ours_leaves, theirs_leaves = _without_keys(ours_state, theirs_state)
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
         testing.assert_trees_all_close(ours_leaves, [np.asarray(x) for x in theirs_leaves],
