@@ -85,11 +85,14 @@ class Pruning:
         ``MaskedNode``) where they are ``None``."""
         if type(node) is not self.node_type:
             return None
-        # Checked on structures first: optree's error for a mismatch would format the node's
-        # tensors, which reads them on the host.
-        if not self.spec.is_prefix(_flatten(node)[1]):
+        # Checked on structures first in eager mode: optree's error for a mismatch would format
+        # the node's tensors, which reads them on the host (Dynamo traces only the try below).
+        if not torch.compiler.is_compiling() and not self.spec.is_prefix(_flatten(node)[1]):
             return None
-        entries = self.spec.flatten_up_to(node)
+        try:
+            entries = self.spec.flatten_up_to(node)
+        except (ValueError, TypeError):
+            return None
         if all(isinstance(e, torch.Tensor) for e, p in zip(entries, self.present) if p):
             return entries
         return None
