@@ -315,7 +315,7 @@ def test_split_key_repeats_for_an_int_and_advances_a_generator():
 
 def test_path_entries_have_a_public_home():
     assert ox.porting.DictKey("w") == ox.tree_utils._state_utils.DictKey("w")
-    assert {ox.porting.SequenceKey, ox.porting.GetAttrKey} <= set(vars(ox.porting).values())
+    assert {"SequenceKey", "GetAttrKey", "NamedTupleKey"} <= set(vars(ox.porting))
 
 
 # --- dtypes where params are not visible --------------------------------------------------------
