@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import optax_compat
+from optax_compat._src.compilation import compile_options
 
 ALIASES = [
     "adabelief", "adadelta", "adafactor", "adagrad", "adam", "adamax", "adamaxw", "adamw",
@@ -127,7 +128,8 @@ def row(name: str, repeats: int) -> str:
     compiled_times: list[float] = []
     for fullgraph in (False, True):
         torch._dynamo.reset()
-        compiled = torch.compile(make_step(tx, extra), fullgraph=fullgraph)
+        compiled = torch.compile(make_step(tx, extra), fullgraph=fullgraph,
+                                 options=compile_options())
         try:
             first, times, final = timed(compiled, mlp_params(), tx.init(params), data, repeats)
             cells.append(f"{first:>10.1f}")

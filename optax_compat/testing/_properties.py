@@ -14,6 +14,7 @@ import torch
 
 from optax_compat._src import base
 from optax_compat._src.building_blocks import tree_math
+from optax_compat._src.compilation import compile_options
 from optax_compat._src.update import apply_updates
 from optax_compat.testing._asserts import (
     ATOL,
@@ -259,7 +260,7 @@ def check_compilable(tx: base.GradientTransformation, params: Any, grads: GradsL
     for fullgraph in (False, True):
         torch._dynamo.reset()
         compiled_step = torch.compile(_fresh_function(step), fullgraph=fullgraph,
-                                      backend=backend)
+                                      backend=backend, options=compile_options(backend))
         try:
             compiled = compiled_step(*_cloned((params, state, grad)))
         except Exception as error:  # Dynamo and Inductor raise many types

@@ -212,9 +212,14 @@ def test_check_state_stable_catches_a_dtype_change():
         check_state_stable(tx, params, grads)
 
 
-def test_check_compilable_with_inductor_matches_eager():
+def test_check_compilable_with_inductor_matches_eager(monkeypatch, tmp_path):
+    # Inductor reads ATEN_CPU_CAPABILITY at every compilation, but its FX-graph cache key does
+    # not: a graph cached under avx2 must not be reused as scalar code under ``default``.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     params, grads = small_problem(torch.float32)
-    check_compilable(trace(), params, grads)
+    for capability in ("avx2", "default"):
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+        check_compilable(trace(), params, grads)
 
 
 def test_check_matches_optax_by_name_and_in_float32():
