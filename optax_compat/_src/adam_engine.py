@@ -21,8 +21,10 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
   whole ``adam``/``adamw`` step, either pure (the kernel writes into fresh copies of the
   moments and into a zeroed buffer that becomes the updates) or the whole step in place
   (params and moments written). It reads its inputs as packed memory, so grads are made
-  contiguous (a copy only when they are not) and buffers it writes in place must be
-  contiguous; CPU or CUDA, float32 or float64, one dtype, eager mode, ``eps_root == 0``.
+  contiguous (a copy only when they are not), buffers it writes in place must be contiguous,
+  and each grad must have its moments' shape (it checks sizes, not shapes; other shapes take
+  the foreach path, which broadcasts as Optax does or raises); CPU or CUDA, float32 or
+  float64, one dtype, eager mode, ``eps_root == 0``.
 
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
 an infinite moment into NaN at the next finite gradient), except inside the fused kernel, whose
@@ -170,7 +172,8 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
     # rate and step counts; the foreach path runs on DTensors.
     on_kernel_devices = all(type(g) is torch.Tensor and (g.is_cpu or g.is_cuda)
-                            and g.layout == torch.strided for g in gs)
+                            and g.layout == torch.strided and g.shape == m.shape
+                            for g, m in zip(gs, mus))
     # Buffers written in place are read by the kernel as packed memory.
     written = (*mus, *nus, *params) if mode == "apply" and params is not None else ()
     return on_kernel_devices and all(x.is_contiguous() for x in written)

@@ -1,5 +1,8 @@
 """The errors a new user meets first name the problem and the fix."""
 
+import jax.numpy as jnp
+import numpy as np
+import optax as real_optax
 import pytest
 import torch
 
@@ -65,3 +68,69 @@ def test_a_string_weight_decay_fails_when_built():
 def test_torchopt_string_lr_fails_when_built():
     with pytest.raises(TypeError, match="lr must be a number"):
         torchopt_fn.adam("1e-3")
+
+
+SHAPE_CASES = {
+    "adam": lambda: optax.adam(0.1),
+    "adamw": lambda: optax.adamw(0.1, weight_decay=0.1),
+    "sgd_momentum": lambda: optax.sgd(0.1, momentum=0.9),
+    "lion": lambda: optax.lion(0.1),
+    "rmsprop": lambda: optax.rmsprop(0.1),
+    "adafactor": lambda: optax.adafactor(0.1),
+    "chain": lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.adam(0.1)),
+}
+
+
+def _transposed_grads():
+    return {"a": torch.ones(2), "w": torch.ones(2, 3)}
+
+
+@pytest.mark.parametrize("name", list(SHAPE_CASES))
+def test_a_leaf_of_another_shape_fails_at_update_naming_the_path(name):
+    tx = SHAPE_CASES[name]()
+    params = {"a": torch.zeros(2), "w": torch.zeros(3, 2)}
+    with pytest.raises(ValueError, match=r"updates\['w'\] has shape \(2, 3\) where "
+                                         r"params\['w'\] has shape \(3, 2\)") as raised:
+        tx.update(_transposed_grads(), tx.init(params), params)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+@pytest.mark.parametrize(("name", "state_part"), [("adam", r"state\[0\]\.mu"),
+                                                  ("sgd_momentum", r"state\[0\]\.trace"),
+                                                  ("chain", r"state\[1\]\[0\]\.mu")])
+def test_without_params_the_state_leaf_is_named(name, state_part):
+    tx = SHAPE_CASES[name]()
+    state = tx.init({"a": torch.zeros(2), "w": torch.zeros(3, 2)})
+    with pytest.raises(ValueError, match=rf"updates\['w'\] has shape \(2, 3\) where "
+                                         rf"{state_part}\['w'\] has shape \(3, 2\)"):
+        tx.update(_transposed_grads(), state)
+
+
+OPTAX_SHAPE_CASES = {
+    "adam": lambda: real_optax.adam(0.1),
+    "adamw": lambda: real_optax.adamw(0.1, weight_decay=0.1),
+    "lion": lambda: real_optax.lion(0.1),
+    "sgd_momentum": lambda: real_optax.sgd(0.1, momentum=0.9),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTAX_SHAPE_CASES))
+def test_shapes_that_broadcast_are_accepted_as_in_optax(name):
+    ours, theirs = SHAPE_CASES[name](), OPTAX_SHAPE_CASES[name]()
+    params = {"w": torch.linspace(-1.0, 1.0, 6).reshape(3, 2)}
+    grads = {"w": torch.tensor([[0.5], [-1.0], [2.0]])}
+    updates, _ = ours.update(grads, ours.init(params), params)
+    jax_params = {"w": jnp.asarray(params["w"].numpy())}
+    expected, _ = theirs.update({"w": jnp.asarray(grads["w"].numpy())},
+                                theirs.init(jax_params), jax_params)
+    torch.testing.assert_close(updates["w"], torch.tensor(np.array(expected["w"])),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_a_runtime_error_without_a_shape_difference_is_raised_unchanged():
+    def update(updates, state, params=None):
+        raise RuntimeError("not a shape problem")
+
+    tx = optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+    with pytest.raises(RuntimeError, match="not a shape problem"):
+        tx.update({"w": torch.ones(2)}, tx.init({"w": torch.zeros(2)}), {"w": torch.zeros(2)})

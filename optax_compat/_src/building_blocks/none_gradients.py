@@ -24,6 +24,12 @@ without code of its own. When the incoming updates hold ``None`` leaves, the wra
 Without ``None`` leaves the cost is one flattening of ``updates`` by the outermost transformation
 of a call; the transformations it calls skip the check. A ``None`` stands for one tensor leaf: a
 ``None`` in place of a whole subtree of parameters is a structure mismatch, as in Optax.
+
+The same entry names a leaf whose shape differs from its parameter's or its state's: when torch
+raises a ``RuntimeError`` inside ``update`` (a size mismatch, without a path), the shapes of the
+updates are compared with those of ``params`` and of the per-parameter parts of the state, and
+a ``ValueError`` names the first path and both shapes (see :func:`shape_mismatch`). Nothing is
+compared when the update succeeds: shapes that broadcast, as JAX accepts them, are not errors.
 """
 
 from __future__ import annotations
@@ -191,27 +197,80 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
     def update(updates: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
         if _SCOPE.checked:
             return update_fn(updates, state, *args, **kwargs)
-        plan = pruning(updates)
-        if plan is None:
-            if torch.compiler.is_compiling():
+        try:
+            plan = pruning(updates)
+            if plan is None:
+                if torch.compiler.is_compiling():
+                    return update_fn(updates, state, *args, **kwargs)
+                _SCOPE.checked = True
+                try:
+                    return update_fn(updates, state, *args, **kwargs)
+                finally:
+                    _SCOPE.checked = False
+            params = _params_argument(args, kwargs)
+            hidden_params, hidden_state = plan.params(params), plan.state(state)
+            if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
                 return update_fn(updates, state, *args, **kwargs)
-            _SCOPE.checked = True
-            try:
-                return update_fn(updates, state, *args, **kwargs)
-            finally:
-                _SCOPE.checked = False
-        params = _params_argument(args, kwargs)
-        hidden_params, hidden_state = plan.params(params), plan.state(state)
-        if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
-            return update_fn(updates, state, *args, **kwargs)
-        args, kwargs = _with_params(args, kwargs, hidden_params)
-        new_updates, new_state = update_fn(updates, hidden_state, *args, **kwargs)
-        return plan.updates(new_updates), plan.restore(state, new_state)
+            hidden_args, hidden_kwargs = _with_params(args, kwargs, hidden_params)
+            new_updates, new_state = update_fn(updates, hidden_state, *hidden_args,
+                                               **hidden_kwargs)
+            return plan.updates(new_updates), plan.restore(state, new_state)
+        except RuntimeError as error:
+            mismatch = shape_mismatch(updates, state, _params_argument(args, kwargs))
+            if mismatch is None:
+                raise
+            raise ValueError(f"The shapes of updates and {mismatch}.") from error
 
     setattr(update, _MARK, True)
     with contextlib.suppress(AttributeError):  # bound methods take no attributes
         setattr(update_fn, _WRAPPER, update)
     return update  # type: ignore[return-value]
+
+
+def shape_mismatch(updates: Any, state: Any, params: Any = None) -> str | None:
+    """Describes the first leaf of ``updates`` whose shape differs from its counterpart's.
+
+    The counterparts are the leaves of ``params`` and of every per-parameter part of ``state``
+    (a subtree shaped like the updates, such as ``mu``; only its floating-point leaves, so that
+    a step counter is not taken for a parameter's state). Shapes that cannot be broadcast
+    together are reported first, then any other difference. Called after an update failed.
+
+    Returns:
+      e.g. ``"state[0].mu: updates['w'] has shape (2, 3) where state[0].mu['w'] has shape
+      (3, 2)"``, or ``None`` if every leaf has its counterparts' shape.
+    """
+    accessors, leaves, spec = optree.tree_flatten_with_accessor(
+        updates, none_is_leaf=True, namespace=tm.NAMESPACE)
+    matcher = Pruning(updates, leaves, spec)
+    counterparts = []
+    if params is not None and matcher._per_parameter(params):
+        counterparts.append(("params", matcher._entries(params), False))
+    parts_accessors, parts, _ = optree.tree_flatten_with_accessor(
+        state, is_leaf=matcher._per_parameter, none_is_leaf=tm.NONE_IS_LEAF,
+        namespace=tm.NAMESPACE)
+    counterparts += [(accessor.codify("state"), matcher._entries(part), True)
+                     for accessor, part in zip(parts_accessors, parts)
+                     if matcher._per_parameter(part)]
+    differences = [(name, accessor, leaf.shape, other.shape)
+                   for name, entries, floating_only in counterparts
+                   for accessor, leaf, other in zip(accessors, leaves, entries)
+                   if isinstance(leaf, torch.Tensor) and isinstance(other, torch.Tensor)
+                   and (other.is_floating_point() or other.is_complex() or not floating_only)
+                   and leaf.shape != other.shape]
+    if not differences:
+        return None
+    name, accessor, shape, other_shape = min(differences, key=lambda d: _broadcast(d[2], d[3]))
+    return (f"{name} differ: {accessor.codify('updates')} has shape {tuple(shape)} where "
+            f"{accessor.codify(name)} has shape {tuple(other_shape)}")
+
+
+def _broadcast(shape: torch.Size, other: torch.Size) -> bool:
+    """Whether two shapes broadcast together (``False`` sorts first)."""
+    try:
+        torch.broadcast_shapes(shape, other)
+    except RuntimeError:
+        return False
+    return True
 
 
 def present_pairs(params: Any, updates: Any) -> tuple[list[Any], optree.PyTreeSpec, list[Any],
