@@ -8,11 +8,11 @@ from typing import Any, NamedTuple
 
 import torch
 
-from optax_compat._src import base, numerics, utils
+from optax_compat._src import base, counter_random, numerics, utils
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _masking
-from optax_compat.tree_utils import _random, _tree_math
+from optax_compat.tree_utils import _tree_math
 
 
 class WeightDecaySchedule(NamedTuple):
@@ -88,7 +88,7 @@ class AddNoiseState(NamedTuple):
     """State for adding gradient noise: a step count (for annealing) and a random key."""
 
     count: torch.Tensor  # 0-d int32
-    rng_key: torch.Tensor  # 0-d int64 seed
+    rng_key: torch.Tensor  # 0-d int64 seed of the whole stream
 
 
 def add_noise(
@@ -107,8 +107,12 @@ def add_noise(
       seed: deprecated alias of ``key``.
 
     Returns:
-      A :class:`GradientTransformation` whose state carries the seed of the next draw, so
-      that the noise stream is reproducible.
+      A :class:`GradientTransformation` whose state carries the key and the step count. The
+      noise of a step is a pure function of both (counter-based, see
+      :mod:`optax_compat._src.counter_random`): the stream is reproducible, nothing is read on
+      the host, and ``update`` compiles without graph breaks and runs on ``meta`` tensors.
+      Optax splits its key at every step instead; the noise agrees with Optax's in
+      distribution, not in values.
 
     Raises:
       ValueError: if both ``key`` and ``seed`` are given.
@@ -139,9 +143,10 @@ def add_noise(
         count_inc = numerics.safe_increment(state.count)
         dtype = tm.widest_real_dtype(tm.leaves(updates))
         standard_deviation = torch.sqrt(eta / count_inc.to(dtype) ** gamma)
-        next_key, sample_key = utils.split_key(state.rng_key)
-        noise = _random.tree_random_like(sample_key, updates)
+        leaves, spec = tm.flatten(updates)
+        noise = tm.unflatten(spec, [counter_random.normal_like(state.rng_key, state.count, i, x)
+                                    for i, x in enumerate(leaves)])
         updates = _tree_math.tree_add_scale(updates, standard_deviation, noise)
-        return updates, AddNoiseState(count=count_inc, rng_key=next_key)
+        return updates, AddNoiseState(count=count_inc, rng_key=state.rng_key)
 
     return base.GradientTransformation(init_fn, update_fn)

@@ -122,6 +122,27 @@ def test_add_noise_has_the_annealed_variance(dtype):
     assert not torch.equal(noise["a"][:1000], noise["b"].reshape(-1)[:1000])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_noise_is_standard_normal_and_independent(dtype):
+    # The counter-based noise: its distribution function at a few points is the normal one, and
+    # neighbouring elements, two leaves and two steps are uncorrelated.
+    size = 100_000
+    zeros = {"a": torch.zeros(size, dtype=dtype), "b": torch.zeros(size, dtype=dtype)}
+    tx = ox.add_noise(1.0, 0.0, 11)  # variance 1 / (1 + t) ** 0
+    state = tx.init(zeros)
+    first, state = tx.update(zeros, state)
+    second, _ = tx.update(zeros, state)
+    noise = first["a"].double()
+    normal = torch.distributions.Normal(0.0, 1.0)
+    for x in (-2.5, -1.0, 0.0, 0.5, 1.5, 3.0):
+        expected = normal.cdf(torch.tensor(x)).item()
+        # The empirical distribution function at x has standard deviation sqrt(p (1 - p) / n).
+        assert abs((noise <= x).double().mean().item() - expected) < 5 * (
+            expected * (1 - expected) / size) ** 0.5
+    for other in (noise.roll(1), first["b"].double(), second["a"].double()):
+        assert abs(torch.corrcoef(torch.stack((noise, other)))[0, 1].item()) < 5 / size ** 0.5
+
+
 def test_add_noise_is_reproducible_and_keyed():
     zeros = {"a": torch.zeros(50)}
 

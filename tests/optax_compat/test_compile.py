@@ -18,9 +18,9 @@ from optax_compat.testing import check_compilable, make_tree
 
 ALIASES = (
     "adabelief adadelta adafactor adagrad adam adamax adamaxw adamw adan amsgrad fromage lamb "
-    "lars lion nadam nadamw novograd optimistic_adam optimistic_adam_v2 "
+    "lars lion nadam nadamw noisy_sgd novograd optimistic_adam optimistic_adam_v2 "
     "optimistic_gradient_descent polyak_sgd radam rmsprop rprop sgd sign_sgd signum sm3 yogi"
-).split()  # noisy_sgd seeds a torch.Generator from its key: a host read by design
+).split()
 
 COMPILED = {
     "adam": lambda: ox.adam(0.1),
@@ -31,6 +31,7 @@ COMPILED = {
         learning_rate=ox.cosine_decay_schedule(0.1, 10)),
     "MultiSteps": lambda: ox.MultiSteps(ox.adam(0.1), 2),
     "apply_if_finite": lambda: ox.apply_if_finite(ox.adam(0.1), 3),
+    "noisy_sgd": lambda: ox.noisy_sgd(0.1, key=3),
 }
 
 
@@ -73,6 +74,7 @@ def test_meta_device(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         tx = (ox.polyak_sgd(max_learning_rate=0.1) if name == "polyak_sgd"
+              else ox.noisy_sgd(0.1, key=0) if name == "noisy_sgd"
               else getattr(ox, name)(0.1))
     params = {"w": torch.ones(4, 3, device="meta"), "b": torch.ones(3, device="meta")}
     extra = {"value": torch.tensor(1.0, device="meta")} if name == "polyak_sgd" else {}
