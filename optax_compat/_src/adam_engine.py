@@ -172,11 +172,11 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
     # rate and step counts; the foreach path runs on DTensors.
     on_kernel_devices = all(type(g) is torch.Tensor and (g.is_cpu or g.is_cuda)
-                            and g.layout == torch.strided and g.shape == m.shape
-                            for g, m in zip(gs, mus))
+                            and g.layout == torch.strided for g in gs)
+    same_shapes = [g.shape for g in gs] == [m.shape for m in mus]
     # Buffers written in place are read by the kernel as packed memory.
     written = (*mus, *nus, *params) if mode == "apply" and params is not None else ()
-    return on_kernel_devices and all(x.is_contiguous() for x in written)
+    return on_kernel_devices and same_shapes and all(x.is_contiguous() for x in written)
 
 
 def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,

@@ -31,6 +31,9 @@ def _optional(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 DECAY = _between(0.0, 0.99)
+# Schedule-free methods divide by b1 (x = (y - (1 - b1) z) / b1): near 0 it amplifies rounding
+# without bound, and b1 = 0 gives 0 / 0 (NaN) or inf, differently on either side.
+SCHEDULE_FREE_B1 = _between(0.1, 0.99)
 SECOND_DECAY = _between(0.5, 0.999)
 EPS = _between(1e-8, 1e-3)
 EPS_ROOT = st.sampled_from([0.0, 1e-8, 1e-6])
@@ -266,8 +269,8 @@ SPECS: dict[str, Spec] = {
                                       extra_args=("value",)),
     "contrib.schedule_free_adamw": Spec({}, {"learning_rate": _between(1e-3, 0.1),
                                              "warmup_steps": _optional(st.integers(1, 5)),
-                                             "b1": DECAY, "b2": SECOND_DECAY, "eps": EPS,
-                                             "weight_decay": WEIGHT_DECAY}),
+                                             "b1": SCHEDULE_FREE_B1, "b2": SECOND_DECAY,
+                                             "eps": EPS, "weight_decay": WEIGHT_DECAY}),
     "contrib.sophia": Spec(_LR, {"b1": DECAY, "b2": SECOND_DECAY, "eps": EPS,
                                  "weight_decay": WEIGHT_DECAY, "gamma": _between(1e-3, 0.1),
                                  "clip_threshold": _optional(_between(0.5, 2.0)),
@@ -289,7 +292,7 @@ SPECS: dict[str, Spec] = {
                                          "scale": _between(0.5, 2.0)}),
     "contrib.schedule_free_sgd": Spec({}, {"learning_rate": _between(1e-3, 1.0),
                                            "warmup_steps": _optional(st.integers(1, 5)),
-                                           "b1": DECAY,
+                                           "b1": SCHEDULE_FREE_B1,
                                            "weight_decay": _optional(WEIGHT_DECAY)}),
 }
 

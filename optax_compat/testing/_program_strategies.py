@@ -115,7 +115,9 @@ def _mask_like(draw: Any, params: Any) -> Any:
 @st.composite
 def _node(draw: Any, params: Any, depth: int, names: tuple[str, ...]) -> Config:
     """One node of the grammar for ``params`` (used to build masks and labels)."""
-    inner_kinds = tuple(kind for kind in COMBINATORS if kind != "lookahead")
+    injectable = [name for name in INJECTABLE if name in names]
+    inner_kinds = tuple(kind for kind in COMBINATORS if kind != "lookahead"
+                        and (kind != "inject_hyperparams" or injectable))
     kind = draw(st.sampled_from(("leaf",) * 3 + (inner_kinds if depth > 0 else ())))
     child = lambda: draw(_node(params, depth - 1, names))
     if kind == "leaf":
@@ -137,7 +139,7 @@ def _node(draw: Any, params: Any, depth: int, names: tuple[str, ...]) -> Config:
     if kind == "partition_callable":
         return Config("partition", args=({"matrix": child(), "vector": child()}, LabelByNdim()))
     if kind == "inject_hyperparams":
-        name = draw(st.sampled_from([n for n in INJECTABLE if n in names]))
+        name = draw(st.sampled_from(injectable))
         # A JAX dtype is callable: Optax's inject_hyperparams would take it for a schedule.
         kwargs = {key: value for key, value in draw(hyperparameters(name, with_schedules=True))
                   .items() if not key.endswith("_dtype")}

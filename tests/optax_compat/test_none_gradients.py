@@ -207,3 +207,19 @@ def test_none_in_place_of_a_whole_subtree_is_a_structure_error():
     params = {"layer": {"w": torch.ones(2), "b": torch.ones(1)}, "head": torch.ones(1)}
     with pytest.raises(ValueError, match="structure of updates"):
         ox.apply_updates(params, {"layer": None, "head": torch.ones(1)})
+
+
+def test_a_one_element_chain_state_is_not_taken_for_a_parameter():
+    # A chain of one transformation has a one-element tuple of states, shaped like updates
+    # that are a one-element tuple: it is not a per-parameter part of the state.
+    params = (torch.ones(2),)
+    tx = ox.chain(ox.trace(0.9))
+    _, state = tx.update((torch.ones(2),), tx.init(params), params)
+    updates, new_state = tx.update((None,), state, params)
+    assert updates == (None,)
+    torch.testing.assert_close(new_state[0].trace[0], state[0].trace[0], rtol=0.0, atol=0.0)
+
+
+def test_an_empty_tree_through_a_one_element_chain_matches_optax():
+    config = strategies.Config("chain", args=(strategies.Config("contrib.schedule_free_sgd"),))
+    testing.check_matches_optax(config.build, {}, (None,), (None,), steps=2)

@@ -13,10 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import optax
+import optree
 import pytest
 import torch
-from hypothesis import find, given, settings
+from hypothesis import assume, example, find, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 from hypothesis.extra import numpy as hnp
 
 import optax_compat
@@ -36,6 +38,7 @@ from optax_compat.testing import (
 from optax_compat.testing._hyperparameters import SPECS
 from optax_compat.testing.strategies import (
     Config,
+    DrawnTransformation,
     hyperparameters,
     matching_trees,
     params_and_grads,
@@ -556,17 +559,33 @@ def test_every_schedule_is_drawn():
     assert drawn == set(schedule_names())
 
 
+GALORE = Config("contrib.galore", kwargs={"learning_rate": 0.01})
+
+
 @settings(max_examples=8)
 @given(transforms(max_depth=2),
        params_and_grads(max_leaves=3, dtypes=[torch.float64], min_magnitude=1e-6))
+@example(DrawnTransformation(GALORE.build(optax_compat), GALORE),
+         ({"m": torch.tensor([0.98, 6.69], dtype=torch.float64), "d": None},
+          [{"m": torch.tensor([-6.3, 4.6], dtype=torch.float64), "d": None}]))
 def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
     _, config = drawn
     params, (grads,) = problem
+    # Optax's GaLore init reads the dtype of every leaf, so it fails on a None (empty) subtree.
+    assume("galore" not in repr(config)
+           or None not in optree.tree_leaves(params, none_is_leaf=True))
     rebuilt = eval(repr(config), {**vars(optax_compat), "torch": torch})
     assert isinstance(rebuilt, base.GradientTransformation) and repr(drawn) == repr(config)
     # A schedule evaluated at an int32 count (as states hold) runs in float32 in JAX and here.
     tolerance = {"rtol": 1e-6, "atol": 1e-7} if "schedule" in repr(config) else {}
     check_matches_optax(config.build, {}, params, grads, steps=2, **tolerance)
+
+
+@pytest.mark.parametrize("name", ["contrib.schedule_free_sgd", "contrib.schedule_free_adamw"])
+def test_schedule_free_b1_is_drawn_away_from_zero(name):
+    with pytest.raises(NoSuchExample):
+        find(hyperparameters(name), lambda kwargs: kwargs.get("b1", 0.9) < 0.1,
+             settings=settings(max_examples=300, database=None, derandomize=True))
 
 
 def test_transforms_shrink_to_a_readable_chain():

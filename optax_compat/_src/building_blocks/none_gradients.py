@@ -99,7 +99,8 @@ class Pruning:
             entries = self.spec.flatten_up_to(node)
         except (ValueError, TypeError):
             return None
-        if all(isinstance(e, torch.Tensor) for e, p in zip(entries, self.present) if p):
+        if all(isinstance(e, torch.Tensor) if p else _fits_one_parameter(e)
+               for e, p in zip(entries, self.present)):
             return entries
         return None
 
@@ -157,6 +158,12 @@ class Pruning:
     def _merge(self, old: Any, new: Any) -> Any:
         return self.spec.unflatten([n if p else o for o, n, p in zip(
             self._entries(old), self.spec.flatten_up_to(new), self.present)])
+
+
+def _fits_one_parameter(entry: Any) -> bool:
+    """A tensor, ``None`` or an empty node (a ``MaskedNode``): what a state can hold for one
+    parameter. A node with children is not (such as a ``chain``'s one-element tuple of states)."""
+    return tm.treespec(entry).num_nodes == 1
 
 
 def pruning(updates: Any) -> Pruning | None:
