@@ -7,7 +7,21 @@ examples for tests that do not pin ``max_examples``. Select it with
 ``python -m pytest --hypothesis-profile=long tests``.
 """
 
+import atexit
+import shutil
+import tempfile
+
+import jax
 from hypothesis import settings
+
+# JAX compiles each ``lax.cond`` of Optax's combinators (``apply_if_finite``, ``MultiSteps``,
+# ``lookahead``...) anew at every eager call. A compilation cache, keyed on the computation,
+# lets identical ones (a program's later steps in the differential fuzzer) reuse their
+# executable; one temporary directory per test process, removed at exit.
+_JAX_CACHE = tempfile.mkdtemp(prefix="jax-compilation-cache-")
+atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _JAX_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 settings.register_profile("ci", derandomize=True, database=None, deadline=None,
                           print_blob=True)

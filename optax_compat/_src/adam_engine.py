@@ -28,8 +28,11 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
 
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
 an infinite moment into NaN at the next finite gradient), except inside the fused kernel, whose
-first moment is a ``lerp``: after an infinite gradient its ``mu`` holds NaN where Optax's holds
-inf (the parameters, NaN in both, agree).
+first moment is a ``lerp``: from the first finite gradient after an infinite one, its ``mu``
+holds NaN where Optax's holds inf. That is the one place where a path differs from Optax on
+non-finite gradients, and only in the state: the infinite gradient also made ``nu`` infinite,
+so Optax's updates are ``inf / inf`` (NaN) from that step on, as the kernel's, and the
+parameters agree (NaN in both).
 
 Nothing reads a tensor on the host: the step count stays a tensor. The kernel forms its bias
 corrections ``c = 1 - b ** t`` in float64 where Optax uses the leaves' dtype (``1 - 0.999 ** t``

@@ -87,10 +87,16 @@ class _Projection(NamedTuple):
         return matrix.reshape(self.permuted_shape).permute(inverse)
 
     def refreshed_projector(self, matrix: torch.Tensor) -> torch.Tensor:
-        """``rank`` singular vectors of ``matrix`` (computed in float32, as Optax does)."""
-        u, _, vh = torch.linalg.svd(matrix.to(torch.float32), full_matrices=False)
+        """``rank`` singular vectors of ``matrix`` (computed in float32, as Optax does).
+
+        A matrix with a NaN or infinite entry gives a NaN projector without raising (JAX's SVD
+        returns NaN where ``torch.linalg.svd`` raises), so its updates are NaN, as Optax's are.
+        """
+        matrix32 = matrix.to(torch.float32)
+        finite = matrix32.isfinite().all()
+        u, _, vh = torch.linalg.svd(torch.where(finite, matrix32, 0.0), full_matrices=False)
         vectors = u[:, :self.rank] if self.left else vh[:self.rank, :].mT
-        return vectors.to(matrix.dtype)
+        return torch.where(finite, vectors, torch.nan).to(matrix.dtype)
 
     def project(self, matrix: torch.Tensor, projector: torch.Tensor) -> torch.Tensor:
         return projector.mT @ matrix if self.left else matrix @ projector

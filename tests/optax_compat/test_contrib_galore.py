@@ -11,6 +11,7 @@ Optax's own state.
 from __future__ import annotations
 
 import inspect
+import math
 
 import jax
 import numpy as np
@@ -182,6 +183,32 @@ def test_galore_refreshes_every_gap_steps(dtype):
                                     rtol=SVD_RTOL, atol=SVD_ATOL, what=f"step {step} {name}")
     assert state.count == steps and state.count.dtype == torch.int32
 
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_gradients_give_nan_updates_as_in_optax(value):
+    """A non-finite entry at a refresh: NaN updates for that matrix, no exception (JAX's SVD
+    returns NaN where torch's raises); the other leaves are unaffected. The shapes are ones on
+    which JAX's SVD returns for an infinite entry (it does not on some, e.g. 3 x 3)."""
+    shapes = {"w": (3, 2), "v": (2, 3), "b": (4,)}
+    params, grads = random_tree(shapes, torch.float32, 0), random_tree(shapes, torch.float32, 1)
+    grads["w"][1, 0] = grads["v"][0, 2] = value
+    tx = _galore.galore(0.1, rank=1, update_proj_gap=1)
+    updates, state = tx.update(grads, tx.init(params), params)
+    their_tx = optax_contrib.galore(0.1, rank=1, update_proj_gap=1)
+    their_updates, their_state = their_tx.update(to_jax(grads), their_tx.init(to_jax(params)),
+                                                 to_jax(params))
+    for name in ("w", "v"):
+        assert to_torch(their_updates[name]).isnan().all() and updates[name].isnan().all()
+        assert state[0].projector[name].isnan().all()
+    if math.isnan(value):  # for an infinite entry, LAPACK's vectors vary (NaN or arbitrary)
+        assert to_torch(their_state[0].projector["w"]).isnan().all()
+    assert_leaves_close(updates["b"], their_updates["b"])
+    # The next refresh, from a finite gradient: the low-rank moments stay NaN in both.
+    grads = random_tree(shapes, torch.float32, 2)
+    updates, _ = tx.update(grads, state, params)
+    their_updates, _ = their_tx.update(to_jax(grads), their_state, to_jax(params))
+    assert_leaves_close(updates, their_updates)
 
 def test_galore_state_shapes_and_errors():
     params = {"w": torch.ones(6, 4), "v": torch.ones(3, 7), "b": torch.ones(4),

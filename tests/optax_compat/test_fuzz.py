@@ -6,24 +6,27 @@ libraries, float32 programs with JAX's x64 and ``optax_compat.config`` off, floa
 with both on, and must agree on: raised or not, updates, params, state leaves (values and
 dtypes) and state NamedTuple class names.
 
-Budget: 300 programs in CI. A long run::
+Budget: 300 programs in CI (the ``ci`` profile, derandomized: the same programs every run).
+Under the exploring ``long`` profile (``tests/conftest.py``) it runs 5,000 programs (2,500 per
+dtype), ``OPTAX_COMPAT_FUZZ_EXAMPLES`` sets another total, and ``--hypothesis-seed`` picks which
+programs, so chunks with different seeds add up to a long run::
 
-    OPTAX_COMPAT_FUZZ=fuzz-long python -m pytest -q -n 0 tests/optax_compat/test_fuzz.py
-    python -m pytest -q -n 0 --hypothesis-profile=fuzz-long tests/optax_compat/test_fuzz.py
+    OPTAX_COMPAT_FUZZ_EXAMPLES=500 python -m pytest -q -n 0 --hypothesis-profile=long \
+        --hypothesis-seed=1 --hypothesis-show-statistics tests/optax_compat/test_fuzz.py
 
-runs 5,000 programs (2,500 per dtype; ``OPTAX_COMPAT_FUZZ_EXAMPLES`` sets another number). The
-CI run is derandomized (the same 300 programs every time); other runs draw new programs, so
-chunks with different ``--hypothesis-seed`` values add up to a long run.
-
-Open mismatches found by the long run (not Optax quirks; not yet fixed here): ``lion`` (and the
-Adam fast paths) turn an infinite moment into NaN with ``lerp`` (an inf gradient accumulated by
-``MultiSteps``); GaLore's SVD raises on a non-finite gradient where JAX returns NaN that
-``apply_if_finite`` then discards.
+(the statistics count the programs run; those filtered out below are reported as invalid).
 
 Optax quirks that the fuzzer steps around, each for a reason:
 
 * float64 dtype arguments (``mu_dtype=float64``) in float32 programs are not drawn: JAX without
   x64 silently makes such buffers float32, PyTorch honours float64 in either mode (deliberate).
+* centred RMS (``scale_by_stddev``, ``rmsprop(centered=True)``) with ``decay < 0.5`` is not
+  drawn: its variance ``nu - mu**2`` cancels (exactly 0 at the first step with ``decay=0``), and
+  in compiled JAX code (the ``lax.cond`` of ``apply_if_finite``, ``MultiSteps``, or ``jit``)
+  XLA fuses it into a multiply-add that returns the rounding error of ``g**2`` instead, so
+  Optax's own numbers differ by up to 2e-4 between op-by-op and compiled runs.
+* GaLore gets no infinite gradients: JAX's CPU SVD does not return on some matrices with an
+  infinite entry (a 3 x 3 one), so Optax hangs (NaN gradients are drawn: both give NaN).
 * ``KNOWN_OPTAX_QUIRKS`` below: programs on which Optax itself fails where this package returns
   updates (an empty tree reaching ``scale_by_muon``/GaLore/Sophia, whose Optax code indexes a
   tree it assumes non-empty). Both sides still run; only the "Optax raised" outcome is accepted.
@@ -48,30 +51,54 @@ from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import state_signature, strategies
 
 FUZZ_LONG_EXAMPLES = 5_000
-settings.register_profile("fuzz-long", max_examples=FUZZ_LONG_EXAMPLES, deadline=None,
-                          suppress_health_check=list(HealthCheck), print_blob=True)
 
 
 def _budget() -> int:
-    """Programs per dtype: 150 in CI (300 in all), half the long profile's count on request."""
+    """Programs per dtype: half of ``OPTAX_COMPAT_FUZZ_EXAMPLES`` if set, else 150 in CI and
+    2,500 under an exploring (not derandomized) profile."""
     if "OPTAX_COMPAT_FUZZ_EXAMPLES" in os.environ:
         return int(os.environ["OPTAX_COMPAT_FUZZ_EXAMPLES"]) // 2
-    if (os.environ.get("OPTAX_COMPAT_FUZZ") == "fuzz-long"
-            or settings.default.max_examples == FUZZ_LONG_EXAMPLES):
-        return FUZZ_LONG_EXAMPLES // 2
-    return 150
+    return 150 if settings.default.derandomize else FUZZ_LONG_EXAMPLES // 2
 
 
 # No shrinking: a counter-example prints as the code of its program already, and shrinking a
 # program that runs JAX op by op costs minutes.
-CI_RUN = "OPTAX_COMPAT_FUZZ_EXAMPLES" not in os.environ and _budget() == 150
-FUZZ = settings(max_examples=_budget(), deadline=None, derandomize=CI_RUN,
+FUZZ = settings(max_examples=_budget(), deadline=None,
                 suppress_health_check=list(HealthCheck), print_blob=True,
                 phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 # Optax fails on an empty tree in these (its code indexes a tree it assumes non-empty).
 KNOWN_OPTAX_QUIRKS = ("contrib.scale_by_muon", "contrib.galore", "contrib.scale_by_galore",
                       "contrib.sophia")
+
+
+def _configs(value):
+    """Every configuration nested in ``value`` (itself included)."""
+    if isinstance(value, strategies.Config):
+        yield value
+        value = (*value.args, *value.kwargs.values())
+    if isinstance(value, dict):
+        value = tuple(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _configs(item)
+
+
+def _cancelling_centred_variance(config) -> bool:
+    """Whether a centred RMS with ``decay < 0.5`` is in ``config`` (see the module docstring)."""
+    def name(c):  # inject_hyperparams(rmsprop)(...) holds rmsprop's arguments
+        return c.args[0] if c.name == "inject_hyperparams" else c.name
+
+    return any((name(c) == "scale_by_stddev"
+                or (name(c) == "rmsprop" and c.kwargs.get("centered", False)))
+               and c.kwargs.get("decay", 0.9) < 0.5 for c in _configs(config))
+
+
+def _jax_svd_may_hang(program) -> bool:
+    """Whether GaLore meets an infinite gradient (see the module docstring)."""
+    return (any("galore" in c.name for c in _configs(program.config))
+            and any(leaf.isinf().any() for grads in program.grads
+                    for leaf in tree_math.leaves(grads)))
 
 
 def _to_jax(tree):
@@ -151,12 +178,16 @@ def test_float32_programs_with_x64_off_match_optax(program):
     # A deliberate difference: JAX without x64 silently makes a requested float64 buffer
     # float32; PyTorch honours float64 in either mode.
     assume("torch.float64" not in repr(program.config))
+    assume(not _cancelling_centred_variance(program.config))
+    assume(not _jax_svd_may_hang(program))
     _check(program, torch.float32)
 
 
 @FUZZ
 @given(program=strategies.programs(dtype=torch.float64))
 def test_float64_programs_with_x64_on_match_optax(program):
+    assume(not _cancelling_centred_variance(program.config))
+    assume(not _jax_svd_may_hang(program))
     _check(program, torch.float64)
 
 
