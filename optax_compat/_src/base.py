@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src.building_blocks import inplace, none_gradients, tree_math
+from optax_compat._src.building_blocks import elementwise, inplace, none_gradients, tree_math
 from optax_compat._src.building_blocks.state import NO_PARAMS_MSG as NO_PARAMS_MSG
 
 PyTree = Any
@@ -256,6 +256,7 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
     if isinstance(tx, GradientTransformationExtraArgs):
         return tx
 
+    @elementwise.elementwise_if(tx)
     def update(updates: Updates, state: OptState, params: Optional[Params] = None,
                **extra_args: Any):
         del extra_args

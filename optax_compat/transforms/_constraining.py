@@ -38,6 +38,7 @@ def keep_params_nonnegative() -> base.GradientTransformation:
         del params
         return NonNegativeParamsState()
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
         if params is None:
@@ -83,6 +84,7 @@ def zero_nans() -> base.GradientTransformation:
         return ZeroNansState(found_nan=tm.tree_map(
             lambda p: torch.zeros((), dtype=torch.bool, device=p.device), params))
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: ZeroNansState,
                   params: base.Params | None = None):
         del params, state
