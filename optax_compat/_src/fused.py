@@ -10,7 +10,7 @@ write the parameters and the state buffers in place.
 
 This is only valid for transformations that act elementwise or on global reductions (a
 global norm, a tree dot product: one reduction per buffer): those declared with
-:func:`optax_compat._src.building_blocks.elementwise.elementwise`. A transformation that
+:func:`optax_compat._src.building_blocks.flat_safe.elementwise`. A transformation that
 reads leaf shapes or per-leaf statistics would compute something else on a flat buffer, and is
 refused.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import types
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -87,8 +88,9 @@ class FusedStep:
         self._tx = tx
         self._backend = backend
         self._compiled_in_call = False
-        self._compiled = torch.compile(self._apply, backend=self._timed_backend,
-                                       fullgraph=True, dynamic=False)
+        self._compiled = torch.compile(_with_own_code(_apply_step),
+                                       backend=self._timed_backend, fullgraph=True,
+                                       dynamic=False)
         self.compile_seconds = 0.0
 
     def __call__(self, grads: base.Updates) -> None:
@@ -109,7 +111,7 @@ class FusedStep:
         self._compiled_in_call = False
         start = time.perf_counter()
         with torch.no_grad():
-            self._compiled(self.params, self._grad_buffers, self.state)
+            self._compiled(self._tx, self.params, self._grad_buffers, self.state)
         if self._compiled_in_call:
             self.compile_seconds += time.perf_counter() - start
 
@@ -117,21 +119,6 @@ class FusedStep:
         """Sets the flat gradient buffers (and so every tensor of :attr:`grads`) to zero."""
         for buffer in self._grad_buffers:
             buffer.zero_()
-
-    def _apply(self, params: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...],
-               state: base.OptState) -> None:
-        """The step that is compiled: update, apply, and write everything back in place.
-
-        All new values are computed before anything is written, the state before the params,
-        so a state leaf that is the old params (or updates aliasing the state) read the values
-        they would in the pure step.
-        """
-        updates, new_state = self._tx.update(grads, state, params)
-        new_params = tm.leaves(update.apply_updates(params, updates))
-        written = [(old, new) for old, new in zip(tm.leaves(state), tm.leaves(new_state),
-                                                  strict=True) if old is not new]
-        tm.copy_([old for old, _ in written], [new for _, new in written])
-        tm.copy_(list(params), new_params)
 
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:
@@ -168,7 +155,7 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
 
     Args:
       tx: a transformation that acts elementwise or on global reductions (declared with
-        ``optax_compat._src.building_blocks.elementwise``; ``chain``, ``named_chain``,
+        ``optax_compat._src.building_blocks.flat_safe``; ``chain``, ``named_chain``,
         ``inject_hyperparams``, ``apply_if_finite``, ... are iff their inner ones are).
       params: a tree (dict, list, tuple, ...) of tensors, re-pointed as described above.
       backend: the ``torch.compile`` backend (``"aot_eager"`` compiles faster, fuses nothing).
@@ -193,6 +180,32 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
       (tensor([ 0.9000, -2.1000]), tensor([0.3000]))
     """
     return FusedStep(tx, params, backend=backend, grads_as_views=grads_as_views)
+
+
+def _apply_step(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...],
+                grads: tuple[torch.Tensor, ...], state: base.OptState) -> None:
+    """The step that is compiled: update, apply, and write everything back in place.
+
+    All new values are computed before anything is written, the state before the params, so
+    a state leaf that is the old params (or updates aliasing the state) read the values they
+    would in the pure step.
+    """
+    updates, new_state = tx.update(grads, state, params)
+    new_params = tm.leaves(update.apply_updates(params, updates))
+    written = [(old, new) for old, new in zip(tm.leaves(state), tm.leaves(new_state), strict=True)
+               if old is not new]
+    tm.copy_([old for old, _ in written], [new for _, new in written])
+    tm.copy_(list(params), new_params)
+
+
+def _with_own_code(fn: types.FunctionType) -> types.FunctionType:
+    """A copy of ``fn`` with a code object of its own.
+
+    Dynamo keeps its compiled graphs per code object, at most ``recompile_limit`` of them;
+    each :class:`FusedStep` compiles its own graph, so each gets its own code object.
+    """
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
 
 
 def _check_leaves(leaves: list[Any]) -> None:

@@ -1619,7 +1619,6 @@ def scale_by_distance_over_gradients(
             max_dist=tm.unflatten(spec, max_dist), grad_sum_of_squares=tm.unflatten(spec, sums),
             init_params=tm.unflatten(spec, [x.to(param_dtype, copy=True) for x in xs]))
 
-    @bb.elementwise
     def update_fn(updates, state, params=None):
         gs, spec = tm.float_leaves(updates)
         ps = bb.params_leaves(params, spec, updates, "scale_by_distance_over_gradients")

@@ -84,7 +84,6 @@ def zero_nans() -> base.GradientTransformation:
         return ZeroNansState(found_nan=tm.tree_map(
             lambda p: torch.zeros((), dtype=torch.bool, device=p.device), params))
 
-    @bb.elementwise
     def update_fn(updates: base.Updates, state: ZeroNansState,
                   params: base.Params | None = None):
         del params, state
