@@ -126,7 +126,9 @@ class FusedStep:
         :func:`~optax_compat._src.inductor.inductor_options`)."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
-        options = inductor.inductor_options() if self._backend == "inductor" else {}
+        options = ({**inductor.inductor_options(),
+                    "post_grad_custom_post_pass": inductor.HoistScalars()}
+                   if self._backend == "inductor" else {})
         with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()):
             return compiler(graph, example_inputs)
 
