@@ -14,19 +14,18 @@ tensors), in one process, CPU, float32:
 * ``optax jit``: ``jax.jit`` of update + apply_updates;
 * ``streaming limit``: the bytes the step must move (read params, grads and state, write
   params and state; one more read of the grads for a global norm) divided by the copy
-  bandwidth measured in the same run (``dst.copy_(src)`` of the same size).
+  bandwidth measured in the same rounds (``dst.copy_(src)`` of the same size).
 
 The compile seconds of the first fused step are printed too: run the script twice with the
 same fresh ``TORCHINDUCTOR_CACHE_DIR`` to see a cold and a warm (cached) compile. With
-``--memory``, the peak of the bytes allocated (by the profiler's count) during one fused step
-is printed: it must not grow with the parameters.
+``--memory``, the bytes allocated (by the profiler's count) during one fused step are printed:
+they must not grow with the parameters.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -119,28 +118,19 @@ def optax_jit(name: str, shapes: list[tuple[int, int]]) -> Step:
     return step
 
 
-def copy_seconds(total: int, repeats: int) -> float:
-    """Median seconds of ``dst.copy_(src)`` over ``total`` float32 values."""
+def copy_step(total: int) -> Step:
+    """``dst.copy_(src)`` over ``total`` float32 values: 8 bytes moved per value."""
     src, dst = torch.randn(total), torch.empty(total)
-    times = []
-    for _ in range(repeats + 2):
-        start = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[2:])
+    return lambda: dst.copy_(src)
 
 
-def peak_step_bytes(step: Step) -> int:
-    """The peak of the bytes allocated and not yet freed during one call of ``step``."""
+def step_allocated_bytes(step: Step) -> int:
+    """The bytes allocated during one call of ``step``: the profiler's net allocation of each
+    operation, summed over the operations that allocate."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as profile:
         step()
-    live = peak = 0
-    for event in sorted(profile.events(), key=lambda e: e.time_range.start):
-        if event.name == "[memory]":
-            live += event.cpu_memory_usage
-            peak = max(peak, live)
-    return peak
+    return sum(max(event.self_cpu_memory_usage, 0) for event in profile.events())
 
 
 def main() -> None:
@@ -154,7 +144,7 @@ def main() -> None:
     parser.add_argument("--backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--no-optax", action="store_true", help="skip Optax jit")
     parser.add_argument("--memory", action="store_true",
-                        help="print the peak bytes allocated during one fused step")
+                        help="print the bytes allocated during one fused step")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -184,9 +174,9 @@ def main() -> None:
                                                                      implementation)
             if not args.no_optax:
                 steps["optax jit"] = optax_jit(name, shapes)
+            steps["copy"] = copy_step(numel)
             medians = median_times(steps, args.repeats, args.warmup)
-            medians["streaming limit"] = (OPTIMIZERS[name][1] / 8
-                                          * copy_seconds(numel, args.repeats))
+            medians["streaming limit"] = OPTIMIZERS[name][1] / 8 * medians.pop("copy")
             for label, seconds in medians.items():
                 ratios = [f"{seconds / medians[base]:>{width}.2f}" if base in medians else
                           f"{'':>{width}}"
@@ -194,8 +184,8 @@ def main() -> None:
                                               ("streaming limit", 9))]
                 print(f"{size:<5}{name:<11}{label:<20}{seconds * 1e3:>9.2f}{''.join(ratios)}",
                       flush=True)
-            memory = (f", peak bytes allocated in a step "
-                      f"{peak_step_bytes(steps['fused (grad views)'])}" if args.memory else "")
+            memory = (f", bytes allocated in a step "
+                      f"{step_allocated_bytes(steps['fused (grad views)'])}" if args.memory else "")
             print(f"{size:<5}{name:<11}compile {fused_step.compile_seconds:.1f} s (first step "
                   f"with setup {first:.1f} s){memory}", flush=True)
             steps.clear()
