@@ -44,6 +44,7 @@ if "--threads" in sys.argv and sys.argv[sys.argv.index("--threads") + 1] == "1":
     _single_threaded_xla()
 
 import torch  # noqa: E402
+from _results import add_markdown_option, write_markdown  # noqa: E402
 from bench_step import (  # noqa: E402
     LEARNING_RATE,
     MOMENTUM,
@@ -145,6 +146,7 @@ def main() -> None:
     parser.add_argument("--no-optax", action="store_true", help="skip Optax jit")
     parser.add_argument("--memory", action="store_true",
                         help="print the bytes allocated during one fused step")
+    add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -155,6 +157,7 @@ def main() -> None:
               f"{'x optax':>9}{'x limit':>9}")
     print(header)
     print("-" * len(header))
+    rows: list[list[str]] = []
     for size in args.sizes.split(","):
         total, count = SIZES[size]
         shapes = shapes_for(total, count)
@@ -184,11 +187,19 @@ def main() -> None:
                                               ("streaming limit", 9))]
                 print(f"{size:<5}{name:<11}{label:<20}{seconds * 1e3:>9.2f}{''.join(ratios)}",
                       flush=True)
+                rows.append([size, name, label, f"{seconds * 1e3:.2f}",
+                             *(ratio.strip() for ratio in ratios)])
             memory = (f", bytes allocated in a step "
                       f"{step_allocated_bytes(steps['fused (grad views)'])}" if args.memory else "")
             print(f"{size:<5}{name:<11}compile {fused_step.compile_seconds:.1f} s (first step "
                   f"with setup {first:.1f} s){memory}", flush=True)
+            rows.append([size, name, f"compile {fused_step.compile_seconds:.1f} s{memory}",
+                         "", "", "", ""])
             steps.clear()
+    if args.markdown:
+        write_markdown(args.markdown, ["model", "optimizer", "implementation", "ms",
+                                       "x torch.optim foreach", "x optax jit",
+                                       "x streaming limit"], rows)
 
 
 if __name__ == "__main__":
