@@ -25,7 +25,7 @@ import contextlib
 import time
 import types
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -66,22 +66,16 @@ class FusedStep:
             groups.setdefault((leaf.dtype, leaf.device), []).append(index)
         self._groups = list(groups.values())
         self.params = tuple(_flat_buffer([leaves[i] for i in group]) for group in self._groups)
-        grad_buffers = tuple(torch.zeros_like(buffer) for buffer in self.params)
-        self._grad_views = [_views(buffer, [leaves[i] for i in group])
-                            for buffer, group in zip(grad_buffers, self._groups, strict=True)]
-        self._grad_buffers = grad_buffers
+        self._grad_buffers = tuple(torch.zeros_like(buffer) for buffer in self.params)
+        param_views, grad_views = _views(self.params, self._groups, leaves), _views(
+            self._grad_buffers, self._groups, leaves)
         with torch.no_grad():
-            for buffer, group in zip(self.params, self._groups, strict=True):
-                for leaf, view in zip([leaves[i] for i in group],
-                                      _views(buffer, [leaves[i] for i in group]), strict=True):
-                    leaf.data = view
-        grads_in_order: list[Optional[torch.Tensor]] = [None] * len(leaves)
-        for group, views in zip(self._groups, self._grad_views, strict=True):
-            for i, view in zip(group, views, strict=True):
-                grads_in_order[i] = view
-        self.grads = tm.unflatten(self._spec, grads_in_order)
+            for leaf, view in zip(leaves, param_views, strict=True):
+                leaf.data = view
+        self._grad_views = [[grad_views[i] for i in group] for group in self._groups]
+        self.grads = tm.unflatten(self._spec, grad_views)
         if grads_as_views:
-            for leaf, view in zip(leaves, grads_in_order, strict=True):
+            for leaf, view in zip(leaves, grad_views, strict=True):
                 leaf.grad = view
         self.state = tx.init(self.params)
         _check_state_kept(tx, self.params, self.state)
@@ -230,11 +224,15 @@ def _flat_buffer(leaves: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat([leaf.detach().reshape(-1) for leaf in leaves])
 
 
-def _views(buffer: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Consecutive views of ``buffer`` with the shapes of ``like``."""
-    sizes = [leaf.numel() for leaf in like]
-    return [view.view(leaf.shape)
-            for view, leaf in zip(buffer.split(sizes), like, strict=True)]
+def _views(buffers: tuple[torch.Tensor, ...], groups: list[list[int]],
+           leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+    """For each leaf, in leaf order, its view of its group's buffer (with the leaf's shape)."""
+    views: list[torch.Tensor] = list(leaves)
+    for buffer, group in zip(buffers, groups, strict=True):
+        pieces = buffer.split([leaves[i].numel() for i in group])
+        for i, piece in zip(group, pieces, strict=True):
+            views[i] = piece.view(leaves[i].shape)
+    return views
 
 
 def _check_state_kept(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...],
