@@ -265,6 +265,9 @@ PAGES = [
             "optax_compat.TorchOptimizer", "optax_compat.torch_optimizer",
         ]),
         ("The whole in-place step", ["optax_compat.inplace_step"]),
+        ("Fused steps over flat buffers (any elementwise transformation, compiled)", [
+            "optax_compat.fused_step", "optax_compat.FusedStep",
+        ]),
         ("Distributed checkpoints (flat, name-keyed states for torch.distributed.checkpoint)", [
             "optax_compat.distributed.state_to_flat_dict",
             "optax_compat.distributed.state_from_flat_dict",

@@ -260,6 +260,10 @@ from optax_compat.losses import (
 )
 from optax_compat.microbatching import microbatch
 
+# Beyond Optax: any elementwise transformation as one compiled pass over flat buffers.
+# isort: split
+from optax_compat._src.fused import FusedStep, fused_step
+
 # Line searches and L-BFGS ------------------------------------------------------------------------
 # isort: split
 # Beyond Optax: the whole in-place step of a transformation that has one (adam, adamw).

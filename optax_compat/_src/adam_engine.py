@@ -346,6 +346,7 @@ def scale_by_adam(hp: AdamHyperParams) -> base.GradientTransformationExtraArgs:
         return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, hp.mu_dtype),
                                 nu=bb.zeros(params))
 
+    @bb.elementwise
     @bb.supports_inplace
     def update_fn(updates: base.Updates, state: ScaleByAdamState,
                   params: Optional[base.Params] = None, *, inplace: bool = False,

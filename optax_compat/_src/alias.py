@@ -367,6 +367,7 @@ def _on_adam_engine(hp: adam_engine.AdamHyperParams, terms: adam_engine.AliasTer
 
     def with_params(update: Callable[..., Any]) -> Callable[..., Any]:
         @bb.supports_inplace
+        @bb.elementwise_if(steps)
         def update_fn(updates: base.Updates, state: base.OptState,
                       params: base.Params | None = None, *, inplace: bool = False,
                       **extra_args: Any) -> tuple[base.Updates, base.OptState]:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src.building_blocks import inplace, none_gradients, tree_math
+from optax_compat._src.building_blocks import flat_safe, inplace, none_gradients, tree_math
 from optax_compat._src.building_blocks.state import NO_PARAMS_MSG as NO_PARAMS_MSG
 
 PyTree = Any
@@ -145,6 +145,7 @@ def identity() -> GradientTransformation:
       tensor([ 0.5000, -1.0000])
     """
 
+    @flat_safe.elementwise
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None):
         del params
         return updates, state
@@ -169,6 +170,7 @@ def set_to_zero() -> GradientTransformation:
       tensor([0., 0.])
     """
 
+    @flat_safe.elementwise
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None):
         del params
         return tree_math.tree_map(torch.zeros_like, updates), state
@@ -256,6 +258,7 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
     if isinstance(tx, GradientTransformationExtraArgs):
         return tx
 
+    @flat_safe.elementwise_if(tx)
     def update(updates: Updates, state: OptState, params: Optional[Params] = None,
                **extra_args: Any):
         del extra_args

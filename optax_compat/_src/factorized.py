@@ -141,6 +141,7 @@ def scale_by_factored_rms(
                              v_col=tm.unflatten(spec, tm.reduced_for_storage(v_col)),
                              v=tm.unflatten(spec, v))
 
+    @bb.not_elementwise("factors each matrix by its shape")
     def update_fn(updates: base.Updates, state: FactoredState,
                   params: base.Params | None = None):
         if params is None:

@@ -109,6 +109,7 @@ def scale(step_size: Scalar) -> base.GradientTransformationExtraArgs:
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -156,6 +157,7 @@ def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformatio
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -222,6 +224,7 @@ def scale_by_sign() -> base.GradientTransformationExtraArgs:
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -271,6 +274,7 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -366,6 +370,7 @@ def scale_by_rms(
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -444,6 +449,7 @@ def scale_by_stddev(
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -569,6 +575,7 @@ def scale_by_amsgrad(
         return ScaleByAmsgradState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
                                    nu=bb.zeros(params), nu_max=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -624,6 +631,7 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -704,6 +712,7 @@ def scale_by_lion(
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -771,6 +780,7 @@ def scale_by_belief(
         return ScaleByBeliefState(count=bb.zero_count(params), mu=bb.zeros(params),
                                   nu=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -829,6 +839,7 @@ def scale_by_yogi(
                                 mu=bb.full(params, initial_accumulator_value),
                                 nu=bb.full(params, initial_accumulator_value))
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -892,6 +903,7 @@ def scale_by_radam(
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -955,6 +967,7 @@ def scale_by_adadelta(rho: Scalar = 0.9,
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -1089,6 +1102,7 @@ def scale_by_adan(
         return ScaleByAdanState(m=bb.zeros(params), v=bb.zeros(params), n=bb.zeros(params),
                                 g=bb.zeros(params), t=bb.zero_count(params))
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -1285,6 +1299,7 @@ def scale_by_rprop(
         return ScaleByRpropState(step_sizes=bb.full(params, learning_rate),
                                  prev_updates=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -1534,6 +1549,7 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
             is_initial_step=torch.ones((), dtype=torch.bool, device=bb.device_of(params)),
             previous_gradient=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -1666,6 +1682,7 @@ def scale_by_polyak(
         raise ValueError(f"Invalid argument value for Polyak SGD: variant={variant!r}, "
                          f"expected one of {_POLYAK_VARIANTS}.")
 
+    @bb.elementwise
     def update_fn(updates, state, params=None, *, value, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -1706,6 +1723,7 @@ def normalize_by_update_norm(scale_factor: Scalar = 1.0,
       tensor([ 0.4472, -0.8944])
     """
 
+    @bb.elementwise
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)

@@ -55,6 +55,7 @@ def scale_by_acprop(
                                             mu=bb.zeros(params),
                                             nu=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: transform.ScaleByBeliefState,
                   params: Optional[base.Params] = None):
         del params

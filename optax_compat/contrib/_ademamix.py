@@ -98,6 +98,7 @@ def scale_by_ademamix(
             m1=bb.zeros(params, mu_dtype), m2=bb.zeros(params, mu_dtype),
             nu=bb.zeros(params, mu_dtype))
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: ScaleByAdemamixState,
                   params: Optional[base.Params] = None):
         del params
@@ -240,6 +241,7 @@ def scale_by_simplified_ademamix(
                                               m=bb.zeros(params),
                                               n=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: ScaleBySimplifiedAdEMAMixState,
                   params: Optional[base.Params] = None):
         del params

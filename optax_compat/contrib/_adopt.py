@@ -84,6 +84,7 @@ def scale_by_adopt(
                                           mu=bb.zeros(params, mu_dtype),
                                           nu=bb.zeros(params))
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: transform.ScaleByAdamState,
                   params: Optional[base.Params] = None):
         del params

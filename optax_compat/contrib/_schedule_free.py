@@ -181,6 +181,7 @@ def schedule_free(
             max_lr=torch.zeros((), dtype=dtype, device=count.device),
             base_optimizer_state=base_optimizer.init(params), z=z)
 
+    @bb.elementwise_if(base_optimizer)
     def update_fn(grads: base.Updates, state: ScheduleFreeState,
                   params: Optional[base.Params] = None,
                   **extra_args: Any) -> tuple[base.Updates, ScheduleFreeState]:

@@ -189,6 +189,11 @@ def inject_hyperparams(
                 hyperparams_states=schedule_states,
                 inner_state=inner_factory(**other, **hyperparams).init(params))
 
+        initial_inner = inner_factory(
+            **other, **numeric,
+            **{name: schedule(schedule.init()) for name, schedule in scheduled.items()})
+
+        @bb.elementwise_if(initial_inner)
         def update_fn(updates: base.Updates, state: InjectStatefulHyperparamsState,
                       params: base.Params | None = None,
                       **extra_args: Any) -> tuple[base.Updates, InjectStatefulHyperparamsState]:

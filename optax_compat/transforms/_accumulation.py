@@ -75,6 +75,7 @@ def trace(
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: TraceState, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):
         del params, extra_args
@@ -133,6 +134,7 @@ def ema(
         return EmaState(count=bb.zero_count(params),
                         ema=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None):
         del params
         grads, spec = tm.flatten(updates)

@@ -58,6 +58,7 @@ def add_decayed_weights(
 
     @bb.supports_inplace
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):
         del extra_args

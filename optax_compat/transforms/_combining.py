@@ -42,7 +42,7 @@ def chain(*args: base.GradientTransformation) -> base.GradientTransformationExtr
         return tuple(t.init(params) for t in transforms)
 
     @bb.supports_inplace
-
+    @bb.elementwise_if(*transforms)
     def update_fn(updates: base.Updates, state: tuple[base.OptState, ...],
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, tuple[base.OptState, ...]]:
@@ -94,7 +94,7 @@ def named_chain(
         return collections.OrderedDict((name, t.init(params)) for name, t in transforms)
 
     @bb.supports_inplace
-
+    @bb.elementwise_if(*(t for _, t in transforms))
     def update_fn(updates: base.Updates, state: Mapping[str, base.OptState],
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, collections.OrderedDict]:

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from optax_compat._src import base, control_flow, numerics
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 
 
@@ -82,6 +83,7 @@ def conditionally_transform(
     def init_fn(params: base.Params) -> ConditionallyTransformState:
         return ConditionallyTransformState(inner_state=inner.init(params), step=_zero_step())
 
+    @bb.elementwise_if(inner)
     def update_fn(updates: base.Updates, state: ConditionallyTransformState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, ConditionallyTransformState]:
@@ -144,6 +146,7 @@ def conditionally_mask(
     def init_fn(params: base.Params) -> ConditionallyMaskState:
         return ConditionallyMaskState(step=_zero_step(), inner_state=inner.init(params))
 
+    @bb.elementwise_if(inner)
     def update_fn(updates: base.Updates, state: ConditionallyMaskState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, ConditionallyMaskState]:
@@ -217,6 +220,7 @@ def apply_if_finite(
             notfinite_count=_zero_step(), last_finite=torch.tensor(True),
             total_notfinite=_zero_step(), inner_state=inner.init(params))
 
+    @bb.elementwise_if(inner)
     def update_fn(updates: base.Updates, state: ApplyIfFiniteState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, ApplyIfFiniteState]:

@@ -38,6 +38,7 @@ def keep_params_nonnegative() -> base.GradientTransformation:
         del params
         return NonNegativeParamsState()
 
+    @bb.elementwise
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
         if params is None:

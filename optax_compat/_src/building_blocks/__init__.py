@@ -8,6 +8,8 @@
 * :mod:`.state` — creating state buffers from params and reading them back, checked.
 * :mod:`.moments` — moving averages and bias corrections (Adam and relatives).
 * :mod:`.inplace` — the opt-in in-place path and how the request travels.
+* :mod:`.flat_safe` — which transformations may run on flat buffers
+  (:func:`optax_compat.fused_step`).
 * :mod:`.none_gradients` — ``None`` gradients (PyTorch's unused parameters), for every
   transformation at once.
 
@@ -31,6 +33,12 @@ from optax_compat._src.building_blocks.dtypes import (
     default_int,
     is_weak,
     result_dtype,
+)
+from optax_compat._src.building_blocks.flat_safe import (
+    elementwise,
+    elementwise_if,
+    not_elementwise,
+    why_not_elementwise,
 )
 from optax_compat._src.building_blocks.inplace import (
     declares_inplace,

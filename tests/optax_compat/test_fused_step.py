@@ -1,0 +1,223 @@
+"""fused_step: elementwise transformations compiled over flat buffers, against real Optax."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import optax_compat
+from optax_compat import testing
+from optax_compat._src import inductor
+from optax_compat._src.building_blocks import tree_math as tm
+
+STEPS = 4
+
+
+def _grads(params: Any, steps: int = STEPS) -> list[Any]:
+    return [tm.tree_map(lambda p, i=i: torch.randn(p.shape, dtype=p.dtype,
+                                                   generator=torch.Generator().manual_seed(i)),
+                        params)
+            for i in range(1, steps + 1)]
+
+
+def _groups(params: Any) -> list[list[int]]:
+    """Leaf indices per flat buffer, in fused_step's order (by first appearance)."""
+    groups: dict[Any, list[int]] = {}
+    for index, leaf in enumerate(tm.leaves(params)):
+        groups.setdefault((leaf.dtype, leaf.device), []).append(index)
+    return list(groups.values())
+
+
+def _as_flat(state: Any, params: Any) -> Any:
+    """``state`` with each subtree shaped like ``params`` replaced by its flat buffers."""
+    spec, groups = tm.treespec(params), _groups(params)
+
+    def flat(subtree: Any) -> Any:
+        if tm.treespec(subtree) != spec:  # a leaf of state outside the params' subtrees
+            return subtree
+        leaves = tm.leaves(subtree)
+        return tuple(torch.cat([leaves[i].reshape(-1) for i in group]) for group in groups)
+
+    return tm.tree_map(flat, state, is_leaf=lambda node: tm.treespec(node) == spec)
+
+
+def _check_against_optax(ours: Callable[[Any], Any], params: Any, backend: str = "aot_eager",
+                         dtype: torch.dtype = torch.float32, grads: list[Any] | None = None
+                         ) -> optax_compat.FusedStep:
+    """Runs ``fused_step`` and jitted Optax side by side: params and state after every step."""
+    import optax
+
+    grads = _grads(params) if grads is None else grads
+    with testing.jax_precision(dtype):
+        theirs_tx = testing.jit_optax(ours(optax))
+        theirs_params = testing.to_jax(params)
+        theirs_state = theirs_tx.init(theirs_params)
+        step = optax_compat.fused_step(ours(optax_compat), params, backend=backend)
+        for index, grad in enumerate(grads):
+            updates, theirs_state = theirs_tx.update(testing.to_jax(grad), theirs_state,
+                                                     theirs_params)
+            theirs_params = optax.apply_updates(theirs_params, updates)
+            step(grad)
+            testing.assert_leaves_close(params, theirs_params, what=f"step {index + 1}: params")
+            testing.assert_leaves_close(step.state, _as_flat(testing.to_torch(theirs_state),
+                                                             params),
+                                        what=f"step {index + 1}: state")
+    return step
+
+
+CASES = {
+    "sgd_momentum": lambda o: o.sgd(0.1, momentum=0.9),
+    "adamw": lambda o: o.adamw(1e-2, weight_decay=0.1),
+    "lion": lambda o: o.lion(1e-2, weight_decay=0.01),
+    "inject_adam_schedule": lambda o: o.inject_hyperparams(o.adam)(
+        learning_rate=o.schedules.linear_schedule(0.1, 0.01, 3)),
+    "apply_if_finite_sgd": lambda o: o.apply_if_finite(o.sgd(0.1, momentum=0.5), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_optax_aot_eager(name):
+    _check_against_optax(CASES[name], testing.make_tree())
+
+
+@pytest.mark.parametrize("ours", [
+    lambda o: o.adam(1e-2),
+    lambda o: o.chain(o.clip_by_global_norm(1.0), o.adamw(1e-2, weight_decay=0.1)),
+], ids=["adam", "chain_clip_adamw"])
+def test_matches_optax_inductor(ours):
+    step = _check_against_optax(ours, testing.make_tree(), backend="inductor")
+    assert step.compile_seconds > 0.0
+
+
+def test_non_finite_step_is_skipped_like_optax():
+    params = testing.make_tree()
+    grads = _grads(params)
+    grads[1]["layer"]["w"][0, 0] = float("inf")
+    _check_against_optax(CASES["apply_if_finite_sgd"], params, grads=grads)
+
+
+def test_mixed_dtypes_make_two_buffers_and_match_optax():
+    params = {"a": testing.seeded_randn(3, 4), "b": testing.seeded_randn(5, dtype=torch.float64),
+              "c": testing.seeded_randn(2, seed=1)}
+    step = _check_against_optax(lambda o: o.adam(1e-2), params, dtype=torch.float64)
+    assert [(b.dtype, b.numel()) for b in step.params] == [(torch.float32, 14),
+                                                           (torch.float64, 5)]
+
+
+def test_params_are_repointed_keeping_values_and_identity():
+    model = torch.nn.Linear(3, 2)
+    params = dict(model.named_parameters())
+    before = {name: (p, p.detach().clone()) for name, p in params.items()}
+    step = optax_compat.fused_step(optax_compat.sgd(0.1), params, backend="aot_eager")
+    (buffer,) = step.params
+    for name, p in model.named_parameters():
+        original, values = before[name]
+        assert p is original and isinstance(p, torch.nn.Parameter) and p.requires_grad
+        torch.testing.assert_close(p.detach(), values, rtol=0, atol=0)
+        assert p.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+    assert step.compile_seconds == 0.0  # nothing compiled before the first step
+
+
+def test_grads_as_views_accumulate_in_the_flat_buffer_and_match_the_copy_path():
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)]
+    models[1].load_state_dict(models[0].state_dict())
+    steps = [optax_compat.fused_step(optax_compat.adam(0.1), dict(m.named_parameters()),
+                                     backend="aot_eager", grads_as_views=views)
+             for m, views in zip(models, (True, False))]
+    x = torch.randn(4, 3)
+    for _ in range(3):
+        for model, step in zip(models, steps):
+            step.zero_grad()
+            model.zero_grad(set_to_none=False)
+            model(x).square().sum().backward()
+            step({name: p.grad for name, p in model.named_parameters()})
+    viewed, copied = (dict(m.named_parameters()) for m in models)
+    for name, p in viewed.items():
+        assert p.grad is steps[0].grads[name]
+        torch.testing.assert_close(p, copied[name], rtol=0, atol=0)
+
+
+def test_state_and_params_stay_in_their_buffers():
+    params = testing.make_tree()
+    step = optax_compat.fused_step(optax_compat.adamw(1e-2), params, backend="aot_eager")
+    tracked = [*step.params, *tm.leaves(step.state)]
+    pointers = [x.data_ptr() for x in tracked]
+    for grad in _grads(params, 2):
+        step(grad)
+    assert [x.data_ptr() for x in tm.leaves(step.state)] == pointers[len(step.params):]
+    assert [x.data_ptr() for x in step.params] == pointers[:len(step.params)]
+    assert int(step.state[0].count) == 2
+
+
+@pytest.mark.parametrize(("tx", "named"), [
+    (lambda: optax_compat.adafactor(1e-2), "scale_by_factored_rms factors each matrix"),
+    (lambda: optax_compat.adamw(1e-2, mask=lambda p: tm.tree_map(lambda x: x.ndim > 1, p)),
+     "masked is not declared"),
+    (lambda: optax_compat.inject_hyperparams(optax_compat.lamb)(learning_rate=0.1),
+     "scale_by_trust_ratio is not declared"),
+    (lambda: optax_compat.chain(optax_compat.zero_nans(), optax_compat.sgd(0.1)),
+     "zero_nans is not declared"),
+])
+def test_transformations_that_read_leaf_layouts_are_refused(tx, named):
+    params = testing.make_tree()
+    with pytest.raises(ValueError, match=f"{named}.*act elementwise or on global reductions"):
+        optax_compat.fused_step(tx(), params, backend="aot_eager")
+
+
+# Declared transformations give the tree's numbers on flat buffers, without compiling.
+DECLARED = {
+    "sgd": lambda: optax_compat.sgd(0.1, momentum=0.9, nesterov=True),
+    "adamax": lambda: optax_compat.adamax(0.1),
+    "amsgrad": lambda: optax_compat.amsgrad(0.1),
+    "adabelief": lambda: optax_compat.adabelief(0.1),
+    "yogi": lambda: optax_compat.yogi(0.1),
+    "radam": lambda: optax_compat.radam(0.1),
+    "adadelta": lambda: optax_compat.adadelta(0.1),
+    "adan": lambda: optax_compat.adan(0.1),
+    "rmsprop": lambda: optax_compat.rmsprop(0.1, centered=True, momentum=0.9),
+    "adagrad": lambda: optax_compat.adagrad(0.1),
+    "rprop": lambda: optax_compat.rprop(0.1),
+    "sign_sgd": lambda: optax_compat.chain(optax_compat.scale_by_sign(), optax_compat.scale(-0.1)),
+    "optimistic": lambda: optax_compat.optimistic_gradient_descent(0.1),
+    "normalize": lambda: optax_compat.normalize_by_update_norm(),
+    "zero_clip_ema": lambda: optax_compat.chain(
+        optax_compat.set_to_zero(), optax_compat.clip(0.5), optax_compat.ema(0.9),
+        optax_compat.keep_params_nonnegative()),
+    "named_chain": lambda: optax_compat.named_chain(
+        ("clip", optax_compat.clip_by_global_norm(0.5)), ("lion", optax_compat.lion(0.1))),
+    "acprop": lambda: optax_compat.contrib.acprop(0.1),
+    "ademamix": lambda: optax_compat.contrib.ademamix(0.1),
+    "simplified_ademamix": lambda: optax_compat.contrib.simplified_ademamix(0.1),
+    "adopt": lambda: optax_compat.contrib.adopt(0.1),
+    "prodigy": lambda: optax_compat.contrib.prodigy(weight_decay=0.1),
+    "dadapt_adamw": lambda: optax_compat.contrib.dadapt_adamw(weight_decay=0.1),
+    "schedule_free_adamw": lambda: optax_compat.contrib.schedule_free_adamw(0.1),
+    "conditionally_mask": lambda: optax_compat.conditionally_mask(
+        optax_compat.sgd(0.1), lambda step: step > 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_declared_transformations_give_the_same_numbers_on_flat_buffers(name):
+    params = testing.make_tree()
+    flat_params = _as_flat(params, params)
+    tx = DECLARED[name]()
+    state, flat_state = tx.init(params), tx.init(flat_params)
+    for grad in _grads(params, 3):
+        updates, state = tx.update(grad, state, params)
+        flat_updates, flat_state = tx.update(_as_flat(grad, params), flat_state, flat_params)
+        params = optax_compat.apply_updates(params, updates)
+        flat_params = optax_compat.apply_updates(flat_params, flat_updates)
+        testing.assert_leaves_close(flat_updates, _as_flat(updates, params), what=name)
+        testing.assert_leaves_close(flat_state, _as_flat(state, params), what=name)
+
+
+def test_inductor_options_follow_the_cpu_capability(monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert inductor.inductor_options() == {"cpp.simdlen": 1}
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert inductor.inductor_options() == {"cpp.simdlen": 256}
