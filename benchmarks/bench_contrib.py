@@ -25,9 +25,11 @@ from _results import add_markdown_option, write_markdown
 from bench_step import (
     LEARNING_RATE,
     SIZES,
+    Setup,
+    jitted_step,
     keep_freed_memory,
     median_times,
-    random_tensors,
+    pure_step,
     shapes_for,
     torch_optim,
 )
@@ -51,55 +53,18 @@ OPTIMIZERS: dict[str, tuple[Callable[[Any], Any], dict[str, float]]] = {
 }
 
 
-def ours(name: str) -> Callable[[list[tuple[int, int]]], Callable[[], None]]:
+def ours(name: str) -> Setup:
     factory, extra = OPTIMIZERS[name]
-
-    def setup(shapes: list[tuple[int, int]]) -> Callable[[], None]:
-        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-        tx = factory(optax_compat)
-        kwargs = {key: torch.tensor(value) for key, value in extra.items()}
-        current = {"params": params, "state": tx.init(params)}
-
-        def step() -> None:
-            updates, current["state"] = tx.update(grads, current["state"], current["params"],
-                                                  **kwargs)
-            current["params"] = optax_compat.apply_updates(current["params"], updates)
-
-        return step
-
-    return setup
+    return lambda shapes: pure_step(factory(optax_compat), shapes, extra)
 
 
-def optax_jit(name: str) -> Callable[[list[tuple[int, int]]], Callable[[], None]] | None:
+def optax_jit(name: str) -> Setup | None:
     try:
-        import jax
-        import jax.numpy as jnp
         import optax
     except ImportError:
         return None
     factory, extra = OPTIMIZERS[name]
-
-    def setup(shapes: list[tuple[int, int]]) -> Callable[[], None]:
-        params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
-        grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
-        tx = factory(optax)
-        kwargs = {key: jnp.asarray(value) for key, value in extra.items()}
-
-        @jax.jit
-        def jitted(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
-            updates, state = tx.update(grads, state, params, **kwargs)
-            return optax.apply_updates(params, updates), state
-
-        current = {"params": params, "state": tx.init(params)}
-
-        def step() -> None:
-            current["params"], current["state"] = jitted(current["params"], current["state"],
-                                                         grads)
-            jax.block_until_ready(current["params"])
-
-        return step
-
-    return setup
+    return lambda shapes: jitted_step(factory(optax), shapes, extra)
 
 
 def main() -> None:
