@@ -80,14 +80,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _results import add_markdown_option, write_markdown
+from _results import write_markdown
 from bench_step import (
     LEARNING_RATE,
     MOMENTUM,
     SIZES,
     Step,
+    add_step_options,
     jitted_step,
-    keep_freed_memory,
+    parse_step_options,
     pure_step,
     random_tensors,
     sample_times,
@@ -564,36 +565,20 @@ def plot(results: Results, path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="a,b,c,d",
-                        help="comma-separated among a (4M/100), b (1M/1000), c (32M/200), "
-                             "d (1M/10,000)")
-    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
-                        help=f"comma-separated among {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--repeats", type=int, default=10, help="timed steps (median)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply parameter counts")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch.set_num_threads in the workers (0: PyTorch's choice)")
+    add_step_options(parser, sizes="a,b,c,d", optimizers=OPTIMIZERS, repeats=10, warmup=2)
     parser.add_argument("--budget", type=float, default=60.0,
                         help="seconds per cell: an implementation's setup and first step, and "
                              "its share of the timed rounds")
     parser.add_argument("--plot", metavar="PATH", default=None,
                         help="PNG of step time against parameters (default: the --markdown "
                              "path with .png, no plot without --markdown)")
-    parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="stop glibc from returning freed memory to the OS every step")
     parser.add_argument("--jobs", type=int, default=1,
                         help="models measured at the same time, one worker each (faster, "
                              "noisier)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     parser.add_argument("--skip", default="", help=argparse.SUPPRESS)
-    add_markdown_option(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.keep_freed_memory:
-        keep_freed_memory()
+    args = parse_step_options(parser)
     if args.worker:
         worker(args)
         return

@@ -20,15 +20,15 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-import torch
-from _results import add_markdown_option, write_markdown
+from _results import write_markdown
 from bench_step import (
     LEARNING_RATE,
     SIZES,
     Setup,
+    add_step_options,
     jitted_step,
-    keep_freed_memory,
     median_times,
+    parse_step_options,
     pure_step,
     shapes_for,
     torch_optim,
@@ -69,23 +69,10 @@ def optax_jit(name: str) -> Setup | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="a,b", help="comma-separated among a, b, c")
-    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
-                        help=f"comma-separated among {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--repeats", type=int, default=10, help="timed steps (median)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply parameter counts")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    add_step_options(parser, sizes="a,b", optimizers=list(OPTIMIZERS), repeats=10, warmup=3)
     parser.add_argument("--without-optax", default="",
                         help="comma-separated optimizers whose Optax column is skipped")
-    parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="stop glibc from returning freed memory to the OS every step")
-    add_markdown_option(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.keep_freed_memory:
-        keep_freed_memory()
+    args = parse_step_options(parser)
     print(f"{'model':<6}{'optimizer':<22}{'adam foreach ms':>16}{'ours':>8}{'optax jit':>11}")
     rows: list[list[str]] = []
     for size in args.sizes.split(","):

@@ -30,7 +30,7 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -354,15 +354,16 @@ def median_times(steps: dict[str, Step], repeats: int, warmup: int) -> dict[str,
             for label, values in sample_times(steps, repeats, warmup).items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="a,b,c",
+def add_step_options(parser: argparse.ArgumentParser, *, sizes: str, optimizers: Sequence[str],
+                     repeats: int, warmup: int) -> None:
+    """The options of the step benchmarks: models, optimizers, steps, scale, threads, output."""
+    parser.add_argument("--sizes", default=sizes,
                         help="comma-separated among a (4M/100), b (1M/1000), c (32M/200), "
                              "d (1M/10,000)")
-    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
-                        help=f"comma-separated among {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--repeats", type=int, default=20, help="timed steps (median)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--optimizers", default=",".join(optimizers),
+                        help=f"comma-separated among {', '.join(optimizers)}")
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed steps (median)")
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed steps first")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every size's parameter count (e.g. 0.1 for a quick run)")
     parser.add_argument("--threads", type=int, default=0,
@@ -371,11 +372,22 @@ def main() -> None:
                         help="tell glibc malloc to keep freed memory instead of returning it "
                              "to the OS (see keep_freed_memory)")
     add_markdown_option(parser)
+
+
+def parse_step_options(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Parses the command line and applies ``--threads`` and ``--keep-freed-memory``."""
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.keep_freed_memory:
         keep_freed_memory()
+    return args
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_options(parser, sizes="a,b,c", optimizers=OPTIMIZERS, repeats=20, warmup=3)
+    args = parse_step_options(parser)
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; "
           f"median of {args.repeats} alternated steps after {args.warmup} warm-up rounds; "
