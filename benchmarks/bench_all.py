@@ -70,6 +70,7 @@ import math
 import os
 import pathlib
 import queue
+import re
 import statistics
 import subprocess
 import sys
@@ -100,13 +101,17 @@ from bench_step import (
 )
 
 import optax_compat
-from optax_compat._src import alias as alias_module
 from optax_compat._src.building_blocks import inplace as bb_inplace
 from optax_compat._src.building_blocks import tree_math as tm
 
 CONTRIB = ("acprop", "ademamix", "adopt", "prodigy", "schedule_free_adamw", "muon")
-ALIASES = tuple(sorted(name for name, value in vars(optax_compat).items()
-                       if inspect.isfunction(value) and value.__module__ == alias_module.__name__))
+# The optimizers ``optax_compat/__init__.py`` imports from its alias module (as Optax's does).
+ALIASES = tuple(sorted(
+    name.strip()
+    for blocks in re.findall(r"from optax_compat\._src\.alias import (?:\(([^)]*)\)|(.+))",
+                             inspect.getsource(optax_compat))
+    for name in ",".join(blocks).split(",")
+    if callable(getattr(optax_compat, name.strip(), None))))
 OPTIMIZERS = ALIASES + CONTRIB
 IMPLEMENTATIONS = ("ours pure", "ours in-place", "ours fused", "torch foreach", "torch fused",
                    "torchopt", "optax jit")
