@@ -5,11 +5,11 @@
 
 Models (CPU, float32, near-square 2-D tensors so that Adafactor factors them): (a) 4M parameters
 in 100 tensors, (b) 1M in 1,000, (c) 32M in 200, (d) 1M in 10,000, each multiplied by
-``--scale``. Optimizers: every top-level alias of ``optax_compat`` (what its ``__init__`` imports
-from the alias module: the 31 of ``optax``'s top level) and the ``contrib`` aliases acprop, ademamix,
-adopt, prodigy, schedule_free_adamw and muon, with the learning rate 1e-3 and otherwise their
-defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line search, ``polyak_sgd`` given the
-loss value 1). Implementations, each timed on one step (update + apply):
+``--scale``. Optimizers: every top-level alias of ``optax_compat`` (what its ``__init__``
+imports from the alias module: the 31 of ``optax``'s top level) and the ``contrib`` aliases
+acprop, ademamix, adopt, prodigy, schedule_free_adamw and muon, with the learning rate 1e-3 and
+otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line search,
+``polyak_sgd`` given the loss value 1). Implementations, each timed on one step (update + apply):
 
 * ``ours pure``: ``update`` then ``apply_updates`` (new tensors every step);
 * ``ours in-place``: ``optax_compat.inplace_step(tx)`` where the alias has one (Adam, AdamW),
