@@ -12,6 +12,7 @@ import os
 import pathlib
 import platform
 import sys
+from collections.abc import Sequence
 
 import torch
 
@@ -32,18 +33,28 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def write_markdown(path: str, columns: list[str], rows: list[list[str]]) -> None:
-    """Writes ``rows`` under ``columns`` with the command line and the machine above them."""
+def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(columns) + " |",
+            "| " + " | ".join("---" for _ in columns) + " |",
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def write_markdown(path: str, columns: list[str], rows: list[list[str]],
+                   more: Sequence[tuple[str, list[str], list[list[str]]]] = ()) -> None:
+    """Writes ``rows`` under ``columns`` with the command line and the machine above them.
+
+    ``more`` holds further ``(paragraph, columns, rows)`` tables, each after its paragraph.
+    """
     command = " ".join(["python", *(arg.replace(os.sep, "/") for arg in sys.argv)])
     lines = [
         f"Measured with `{command}` on {datetime.date.today().isoformat()}: "
         f"{_cpu()} ({os.cpu_count()} logical CPUs), torch {torch.__version__} with "
         f"{torch.get_num_threads()} threads, Python {platform.python_version()}.",
         "",
-        "| " + " | ".join(columns) + " |",
-        "| " + " | ".join("---" for _ in columns) + " |",
-        *("| " + " | ".join(row) + " |" for row in rows),
+        *_table(columns, rows),
     ]
+    for paragraph, more_columns, more_rows in more:
+        lines += ["", paragraph, "", *_table(more_columns, more_rows)]
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(lines) + "\n")

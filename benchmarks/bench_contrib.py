@@ -20,14 +20,16 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-import torch
-from _results import add_markdown_option, write_markdown
+from _results import write_markdown
 from bench_step import (
     LEARNING_RATE,
     SIZES,
-    keep_freed_memory,
+    Setup,
+    add_step_options,
+    jitted_step,
     median_times,
-    random_tensors,
+    parse_step_options,
+    pure_step,
     shapes_for,
     torch_optim,
 )
@@ -51,76 +53,26 @@ OPTIMIZERS: dict[str, tuple[Callable[[Any], Any], dict[str, float]]] = {
 }
 
 
-def ours(name: str) -> Callable[[list[tuple[int, int]]], Callable[[], None]]:
+def ours(name: str) -> Setup:
     factory, extra = OPTIMIZERS[name]
-
-    def setup(shapes: list[tuple[int, int]]) -> Callable[[], None]:
-        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-        tx = factory(optax_compat)
-        kwargs = {key: torch.tensor(value) for key, value in extra.items()}
-        current = {"params": params, "state": tx.init(params)}
-
-        def step() -> None:
-            updates, current["state"] = tx.update(grads, current["state"], current["params"],
-                                                  **kwargs)
-            current["params"] = optax_compat.apply_updates(current["params"], updates)
-
-        return step
-
-    return setup
+    return lambda shapes: pure_step(factory(optax_compat), shapes, extra)
 
 
-def optax_jit(name: str) -> Callable[[list[tuple[int, int]]], Callable[[], None]] | None:
+def optax_jit(name: str) -> Setup | None:
     try:
-        import jax
-        import jax.numpy as jnp
         import optax
     except ImportError:
         return None
     factory, extra = OPTIMIZERS[name]
-
-    def setup(shapes: list[tuple[int, int]]) -> Callable[[], None]:
-        params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
-        grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
-        tx = factory(optax)
-        kwargs = {key: jnp.asarray(value) for key, value in extra.items()}
-
-        @jax.jit
-        def jitted(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
-            updates, state = tx.update(grads, state, params, **kwargs)
-            return optax.apply_updates(params, updates), state
-
-        current = {"params": params, "state": tx.init(params)}
-
-        def step() -> None:
-            current["params"], current["state"] = jitted(current["params"], current["state"],
-                                                         grads)
-            jax.block_until_ready(current["params"])
-
-        return step
-
-    return setup
+    return lambda shapes: jitted_step(factory(optax), shapes, extra)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="a,b", help="comma-separated among a, b, c")
-    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
-                        help=f"comma-separated among {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--repeats", type=int, default=10, help="timed steps (median)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply parameter counts")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    add_step_options(parser, sizes="a,b", optimizers=list(OPTIMIZERS), repeats=10, warmup=3)
     parser.add_argument("--without-optax", default="",
                         help="comma-separated optimizers whose Optax column is skipped")
-    parser.add_argument("--keep-freed-memory", action="store_true",
-                        help="stop glibc from returning freed memory to the OS every step")
-    add_markdown_option(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.keep_freed_memory:
-        keep_freed_memory()
+    args = parse_step_options(parser)
     print(f"{'model':<6}{'optimizer':<22}{'adam foreach ms':>16}{'ours':>8}{'optax jit':>11}")
     rows: list[list[str]] = []
     for size in args.sizes.split(","):

@@ -14,11 +14,12 @@ Every implementation runs in this one process on the same parameter shapes, CPU,
 * ``torchopt``: TorchOpt 0.7.3 with ``inplace=True`` (only if it is importable);
 * ``optax jit``: ``jax.jit`` of update + apply_updates (only if JAX and Optax are importable).
 
-Sizes: (a) 4M parameters in 100 tensors, (b) 1M in 1000, (c) 32M in 200; tensors are 2-D so
-that Adafactor factors them. A time is the median over ``--repeats`` steps after ``--warmup``
-steps. Ratios are against ``torch.optim foreach`` of the same optimizer (Lion, which
-torch.optim lacks, is compared with ``torch.optim.Adam`` foreach; ``torch.optim.Adafactor``
-is a different variant of the algorithm than Optax's and serves only as a yardstick).
+Sizes: (a) 4M parameters in 100 tensors, (b) 1M in 1000, (c) 32M in 200, (d) 1M in 10,000;
+tensors are 2-D so that Adafactor factors them. A time is the median over ``--repeats`` steps
+after ``--warmup`` steps. Ratios are against ``torch.optim foreach`` of the same optimizer
+(Lion, which torch.optim lacks, is compared with ``torch.optim.Adam`` foreach;
+``torch.optim.Adafactor`` is a different variant of the algorithm than Optax's and serves only
+as a yardstick).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -38,7 +39,8 @@ from _results import add_markdown_option, write_markdown
 import optax_compat
 import torchopt_fn
 
-SIZES = {"a": (4_000_000, 100), "b": (1_000_000, 1000), "c": (32_000_000, 200)}
+SIZES = {"a": (4_000_000, 100), "b": (1_000_000, 1000), "c": (32_000_000, 200),
+         "d": (1_000_000, 10_000)}
 OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adafactor")
 LEARNING_RATE = 1e-3
 WEIGHT_DECAY = 1e-2
@@ -74,76 +76,69 @@ def optax_compat_alias(name: str) -> Any:
     }[name]()
 
 
+def pure_step(tx: Any, shapes: list[tuple[int, int]],
+              extra_args: dict[str, float] | None = None) -> Step:
+    """``tx.update`` then ``optax_compat.apply_updates`` (new tensors every step).
+
+    ``extra_args`` are passed to ``update`` as scalar tensors (e.g. ``value`` for Polyak SGD).
+    """
+    params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+    kwargs = {key: torch.tensor(value) for key, value in (extra_args or {}).items()}
+    current = {"params": params, "state": tx.init(params)}
+
+    def step() -> None:
+        updates, current["state"] = tx.update(grads, current["state"], current["params"],
+                                              **kwargs)
+        current["params"] = optax_compat.apply_updates(current["params"], updates)
+
+    return step
+
+
 def ours_pure(name: str) -> Setup:
-    def setup(shapes: list[tuple[int, int]]) -> Step:
-        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-        tx = optax_compat_alias(name)
-        current = {"params": params, "state": tx.init(params)}
-
-        def step() -> None:
-            updates, current["state"] = tx.update(grads, current["state"], current["params"])
-            current["params"] = optax_compat.apply_updates(current["params"], updates)
-
-        return step
-
-    return setup
+    return lambda shapes: pure_step(optax_compat_alias(name), shapes)
 
 
-def ours_inplace(name: str) -> Setup | None:
+def update_inplace(tx: Any, shapes: list[tuple[int, int]]) -> Step:
+    """``tx.update(..., inplace=True)`` then an in-place add (the multi-tensor in-place path).
+
+    ``inplace=True`` writes the updates into the incoming gradients (as TorchOpt does), so each
+    step gets a fresh copy of them; the copy is not timed (``prepare``).
+    """
+    params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+    current = {"state": tx.init(params)}
+    scratch = list(torch._foreach_mul(grads, 1.0))
+
+    def step() -> None:
+        updates, current["state"] = tx.update(scratch, current["state"], params, inplace=True)
+        torch._foreach_add_(params, updates)
+
+    step.prepare = lambda: torch._foreach_copy_(scratch, grads)  # type: ignore[attr-defined]
+    return step
+
+
+def whole_inplace_step(tx: Any, shapes: list[tuple[int, int]]) -> Step:
+    """The alias's whole in-place step, ``optax_compat.inplace_step(tx)`` (not ``None``)."""
+    params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
+    step = optax_compat.inplace_step(tx)
+    current = {"state": tx.init(params)}
+
+    def run() -> None:
+        current["state"] = step(params, grads, current["state"])
+
+    return run
+
+
+def ours_inplace(name: str) -> Setup:
     if name in ("adam", "adamw"):
-        def setup_fused(shapes: list[tuple[int, int]]) -> Step:
-            params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-            tx = optax_compat_alias(name)
-            step = optax_compat.inplace_step(tx)
-            current = {"state": tx.init(params)}
-
-            def run() -> None:
-                current["state"] = step(params, grads, current["state"])
-
-            return run
-
-        return setup_fused
-
-    def setup(shapes: list[tuple[int, int]]) -> Step:
-        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-        tx = optax_compat_alias(name)
-        current = {"state": tx.init(params)}
-
-        scratch = list(torch._foreach_mul(grads, 1.0))
-
-        def step() -> None:
-            # ``inplace=True`` writes the updates into the incoming gradients (as TorchOpt
-            # does), so each step gets a fresh copy; the copy is not timed (``prepare``).
-            updates, current["state"] = tx.update(scratch, current["state"], params,
-                                                  inplace=True)
-            torch._foreach_add_(params, updates)
-
-        step.prepare = lambda: torch._foreach_copy_(scratch, grads)  # type: ignore[attr-defined]
-        return step
-
-    return setup
+        return lambda shapes: whole_inplace_step(optax_compat_alias(name), shapes)
+    return lambda shapes: update_inplace(optax_compat_alias(name), shapes)
 
 
 def ours_update_inplace(name: str) -> Setup | None:
-    """``update(..., inplace=True)`` then an in-place add (the multi-tensor in-place path)."""
+    """``update(..., inplace=True)`` for the aliases whose in-place row is the whole step."""
     if name not in ("adam", "adamw"):
         return None
-
-    def setup(shapes: list[tuple[int, int]]) -> Step:
-        params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
-        tx = optax_compat_alias(name)
-        current = {"state": tx.init(params)}
-        scratch = list(torch._foreach_mul(grads, 1.0))
-
-        def step() -> None:
-            updates, current["state"] = tx.update(scratch, current["state"], params,
-                                                  inplace=True)
-            torch._foreach_add_(params, updates)
-
-        step.prepare = lambda: torch._foreach_copy_(scratch, grads)  # type: ignore[attr-defined]
-        return step
-
-    return setup
+    return lambda shapes: update_inplace(optax_compat_alias(name), shapes)
 
 
 def torchopt_fn_optimizer(name: str, accelerated: bool) -> Setup | None:
@@ -199,14 +194,15 @@ def torch_optim(name: str, implementation: str) -> Setup | None:
                                                                         None)):
         return None
     kwargs = {"lr": LEARNING_RATE, **kwargs, implementation: True}
+    return lambda shapes: torch_step(cls, kwargs, shapes)
 
-    def setup(shapes: list[tuple[int, int]]) -> Step:
-        params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
-        for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
-            param.grad = grad
-        return cls(params, **kwargs).step
 
-    return setup
+def torch_step(cls: type, kwargs: dict[str, Any], shapes: list[tuple[int, int]]) -> Step:
+    """``cls(params, **kwargs).step`` with the gradients already in ``.grad``."""
+    params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
+    for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
+        param.grad = grad
+    return cls(params, **kwargs).step
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,28 +221,28 @@ def torchopt_step(name: str) -> Setup | None:
     }
     if name not in factories:
         return None
+    return lambda shapes: torchopt_inplace_step(factories[name](), shapes)
 
-    def setup(shapes: list[tuple[int, int]]) -> Step:
-        params, grads = tuple(random_tensors(shapes, 0)), tuple(random_tensors(shapes, 1))
-        tx = factories[name]()
-        current = {"state": tx.init(params)}
 
-        def step() -> None:
-            updates, current["state"] = tx.update(grads, current["state"], params=params,
-                                                  inplace=True)
-            torchopt.apply_updates(params, updates, inplace=True)
+def torchopt_inplace_step(tx: Any, shapes: list[tuple[int, int]]) -> Step:
+    """TorchOpt's ``update(..., inplace=True)`` then ``torchopt.apply_updates(inplace=True)``."""
+    import torchopt
 
-        return step
+    params, grads = tuple(random_tensors(shapes, 0)), tuple(random_tensors(shapes, 1))
+    current = {"state": tx.init(params)}
 
-    return setup
+    def step() -> None:
+        updates, current["state"] = tx.update(grads, current["state"], params=params,
+                                              inplace=True)
+        torchopt.apply_updates(params, updates, inplace=True)
+
+    return step
 
 
 def optax_jit(name: str) -> Setup | None:
     try:
-        import jax
-        import jax.numpy as jnp
         import optax
-    except Exception:  # torchopt 0.7.3 can fail in many ways on current torch: skip it
+    except Exception:  # no JAX on this machine: skip the column
         return None
     factories = {
         "adam": lambda: optax.adam(LEARNING_RATE),
@@ -255,27 +251,44 @@ def optax_jit(name: str) -> Setup | None:
         "lion": lambda: optax.lion(LEARNING_RATE),
         "adafactor": lambda: optax.adafactor(LEARNING_RATE),
     }
+    return lambda shapes: jitted_step(factories[name](), shapes)
 
-    def setup(shapes: list[tuple[int, int]]) -> Step:
-        params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
-        grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
-        tx = factories[name]()
 
-        @jax.jit
-        def jitted(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
-            updates, state = tx.update(grads, state, params)
-            return optax.apply_updates(params, updates), state
+def jitted_step(tx: Any, shapes: list[tuple[int, int]],
+                extra_args: dict[str, float] | None = None) -> Step:
+    """Optax's ``update`` + ``apply_updates`` compiled ahead of time by ``jax.jit``.
 
-        current = {"params": params, "state": tx.init(params)}
+    The step has two attributes: ``compile_seconds`` (tracing, lowering and XLA compilation)
+    and ``peak_bytes``, XLA's own account of the memory one call allocates (temporaries, and
+    outputs that do not reuse an input buffer).
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
 
-        def step() -> None:
-            current["params"], current["state"] = jitted(current["params"], current["state"],
-                                                         grads)
-            jax.block_until_ready(current["params"])
+    params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
+    grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
+    kwargs = {key: jnp.asarray(value) for key, value in (extra_args or {}).items()}
 
-        return step
+    def update(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
+        updates, state = tx.update(grads, state, params, **kwargs)
+        return optax.apply_updates(params, updates), state
 
-    return setup
+    current = {"params": params, "state": tx.init(params)}
+    start = time.perf_counter()
+    compiled = jax.jit(update).lower(current["params"], current["state"], grads).compile()
+    compile_seconds = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+
+    def step() -> None:
+        current["params"], current["state"] = compiled(current["params"], current["state"],
+                                                       grads)
+        jax.block_until_ready(current["params"])
+
+    step.compile_seconds = compile_seconds  # type: ignore[attr-defined]
+    step.peak_bytes = (  # type: ignore[attr-defined]
+        memory.temp_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes)
+    return step
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,33 +323,47 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_mmap_threshold, 1 << 28)
 
 
-def median_times(steps: dict[str, Step], repeats: int, warmup: int) -> dict[str, float]:
-    """Median seconds per step of each implementation, timed in alternation.
+def sample_times(steps: dict[str, Step], repeats: int, warmup: int,
+                 budget: float = math.inf) -> dict[str, list[float]]:
+    """Seconds of each timed step of each implementation, timed in alternation.
 
     Alternating (one step of each implementation per round) keeps the ratios fair when the
     machine's load changes during the run. A step's ``prepare()`` attribute, if any, runs
-    untimed before it.
+    untimed before it. An implementation whose steps (warm-up included) have taken more than
+    ``budget`` seconds in all leaves the rounds once it has one timed step.
     """
     times: dict[str, list[float]] = {label: [] for label in steps}
+    spent = dict.fromkeys(steps, 0.0)
     for round_index in range(warmup + repeats):
         for label, step in steps.items():
+            if spent[label] > budget and times[label]:
+                continue
             getattr(step, "prepare", lambda: None)()
             start = time.perf_counter()
             step()
             elapsed = time.perf_counter() - start
-            if round_index >= warmup:
+            spent[label] += elapsed
+            if round_index >= warmup or spent[label] > budget:
                 times[label].append(elapsed)
-    return {label: statistics.median(values) for label, values in times.items()}
+    return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="a,b,c",
-                        help="comma-separated among a (4M/100), b (1M/1000), c (32M/200)")
-    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS),
-                        help=f"comma-separated among {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--repeats", type=int, default=20, help="timed steps (median)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+def median_times(steps: dict[str, Step], repeats: int, warmup: int) -> dict[str, float]:
+    """Median seconds per step of each implementation (see :func:`sample_times`)."""
+    return {label: statistics.median(values)
+            for label, values in sample_times(steps, repeats, warmup).items()}
+
+
+def add_step_options(parser: argparse.ArgumentParser, *, sizes: str, optimizers: Sequence[str],
+                     repeats: int, warmup: int) -> None:
+    """The options of the step benchmarks: models, optimizers, steps, scale, threads, output."""
+    parser.add_argument("--sizes", default=sizes,
+                        help="comma-separated among a (4M/100), b (1M/1000), c (32M/200), "
+                             "d (1M/10,000)")
+    parser.add_argument("--optimizers", default=",".join(optimizers),
+                        help=f"comma-separated among {', '.join(optimizers)}")
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed steps (median)")
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed steps first")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every size's parameter count (e.g. 0.1 for a quick run)")
     parser.add_argument("--threads", type=int, default=0,
@@ -345,11 +372,22 @@ def main() -> None:
                         help="tell glibc malloc to keep freed memory instead of returning it "
                              "to the OS (see keep_freed_memory)")
     add_markdown_option(parser)
+
+
+def parse_step_options(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Parses the command line and applies ``--threads`` and ``--keep-freed-memory``."""
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.keep_freed_memory:
         keep_freed_memory()
+    return args
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_options(parser, sizes="a,b,c", optimizers=OPTIMIZERS, repeats=20, warmup=3)
+    args = parse_step_options(parser)
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; "
           f"median of {args.repeats} alternated steps after {args.warmup} warm-up rounds; "
