@@ -21,6 +21,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+import operator
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
@@ -506,6 +507,9 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
                     "or complex tensor is required.")
 
 
+_requires_grad = operator.attrgetter("requires_grad")
+
+
 def is_recording(*groups: Any) -> bool:
     """Whether autograd records operations on ``groups`` (lists of tensors, or tensors).
 
@@ -518,7 +522,7 @@ def is_recording(*groups: Any) -> bool:
         if isinstance(group, torch.Tensor):
             if group.requires_grad:
                 return True
-        elif isinstance(group, (list, tuple)) and any(x.requires_grad for x in group):
+        elif isinstance(group, (list, tuple)) and any(map(_requires_grad, group)):
             return True
     return False
 
