@@ -39,6 +39,11 @@ ScalarOrLeaves = Union[Scalar, Sequence[torch.Tensor]]
 NONE_IS_LEAF = False
 NAMESPACE = "optax_compat"  # sees global registrations too, plus our private node types
 
+# Per-leaf attributes read in one C-level pass (``map``) by the checks of the hot paths.
+_dtype = operator.attrgetter("dtype")
+_ndim = operator.attrgetter("ndim")
+_requires_grad = operator.attrgetter("requires_grad")
+
 
 def check_is_tree(tree: Any) -> None:
     """Raises ``TypeError`` with the fix when ``tree`` is a module or a one-shot iterator.
@@ -182,7 +187,7 @@ def _operand(scalar: ScalarOrLeaves, xs: Leaves, tensor_scalar: bool = False) ->
     """
     if not isinstance(scalar, torch.Tensor):
         return scalar
-    if any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
+    if 0 in map(_ndim, xs) and any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
         return [scalar.to(x.dtype) for x in xs]
     if scalar.requires_grad or not tensor_scalar:
         return [scalar] * len(xs)
@@ -394,8 +399,8 @@ def widest_real_dtype(xs: Leaves) -> torch.dtype:
     Float32 when all leaves are narrower; JAX's default float when there is no floating leaf
     (an empty group: what JAX computes in without any operand).
     """
-    reals = [x.real.dtype if x.is_complex() else x.dtype for x in xs]
-    reals = [dtype for dtype in reals if dtype.is_floating_point]
+    reals = [dtype.to_real() for dtype in set(map(_dtype, xs))
+             if dtype.is_floating_point or dtype.is_complex]
     if not reals:
         return default_float()
     dtype = torch.float32
@@ -507,9 +512,6 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
                     "or complex tensor is required.")
 
 
-_requires_grad = operator.attrgetter("requires_grad")
-
-
 def is_recording(*groups: Any) -> bool:
     """Whether autograd records operations on ``groups`` (lists of tensors, or tensors).
 
@@ -536,10 +538,9 @@ def scalar_like(value: Scalar, xs: Leaves) -> ScalarOrLeaves:
     """
     if not isinstance(value, torch.Tensor) or not xs:
         return value
-    dtypes = [x.dtype for x in xs]
-    if dtypes.count(dtypes[0]) == len(dtypes):
-        return value.to(dtypes[0])
-    return [value.to(dtype) for dtype in dtypes]
+    if len(set(map(_dtype, xs))) == 1:
+        return value.to(xs[0].dtype)
+    return [value.to(x.dtype) for x in xs]
 
 
 def abs_sq(xs: Leaves) -> Leaves:
