@@ -395,20 +395,21 @@ def inplace_step(tx: Any) -> Optional[StepFn]:
     return getattr(getattr(tx, "update", None), "apply_step", None)
 
 
-def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[..., Any],
-                 with_params: Callable[..., Any]) -> Callable[..., Any]:
+def alias_update(hp: AdamHyperParams, terms: AliasTerms,
+                 chain_update: Callable[..., Any]) -> Callable[..., Any]:
     """The ``update`` of an ``adam``/``adamw`` alias built as a chain of transformations.
 
     Args:
       hp: the hyper-parameters of its ``scale_by_adam``.
       terms: its learning rate and decay.
-      chain_update: the chain's ``update``, run on every path but the kernel; its state is a
-        tuple holding one ``ScaleByAdamState`` and, last, the learning rate's state.
-      with_params: ``with_params(update_fn)`` adapts an ``update(updates, state, params,
-        inplace)`` to the alias's calling convention (``optax_compat``'s or TorchOpt's).
+      chain_update: ``chain_update(updates, state, params, inplace)``, the chain's ``update``,
+        run on every path but the kernel; its state is a tuple holding one
+        ``ScaleByAdamState`` and, last, the learning rate's state.
 
     Returns:
-      The alias's ``update``, with the whole in-place step as its ``apply_step`` attribute.
+      The alias's ``update(updates, state, params=None, *, inplace=False, **extra_args)``
+      (``optax_compat``'s convention), with the whole in-place step as its ``apply_step``
+      attribute.
     """
 
     def run(updates: Any, state: Any, params: Any, mode: Mode,
@@ -444,7 +445,11 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[
                      new_lr_state)
         return new_state if out is None else (tm.unflatten(spec, out), new_state)
 
-    def update(updates: Any, state: Any, params: Any, inplace: bool) -> Any:
+    @bb.supports_inplace
+    def update(updates: base.Updates, state: base.OptState,
+               params: Optional[base.Params] = None, *, inplace: bool = False,
+               **extra_args: Any) -> tuple[base.Updates, base.OptState]:
+        del extra_args
         mode: Mode = "inplace" if inplace else "pure"
         return run(updates, state, params, mode,
                    lambda: chain_update(updates, state, params, inplace))
@@ -460,9 +465,8 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[
         with torch.no_grad():
             return run(grads, state, params, "apply", fallback)
 
-    adapted = with_params(update)
-    adapted.apply_step = bb.tolerates_none_step(apply_step)
-    return adapted
+    update.apply_step = bb.tolerates_none_step(apply_step)  # type: ignore[attr-defined]
+    return update
 
 
 def _adam_state_index(state: tuple) -> int:
