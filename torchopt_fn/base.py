@@ -30,9 +30,6 @@ __all__ = [
     "GradientTransformation",
     "ChainedGradientTransformation",
     "identity",
-    "from_optax",
-    "to_optax",
-    "chain_optax_compat",
 ]
 
 # The attribute of a :func:`from_optax` adapter holding the transformation it adapts.

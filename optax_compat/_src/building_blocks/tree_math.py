@@ -43,6 +43,9 @@ NAMESPACE = "optax_compat"  # sees global registrations too, plus our private no
 _dtype = operator.attrgetter("dtype")
 _ndim = operator.attrgetter("ndim")
 _requires_grad = operator.attrgetter("requires_grad")
+_is_cpu = operator.attrgetter("is_cpu")
+_PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+_OWN_PRECISION_DTYPES = frozenset({torch.float32, torch.float64})
 
 
 def check_is_tree(tree: Any) -> None:
@@ -186,12 +189,31 @@ def _operand(scalar: ScalarOrLeaves, xs: Leaves, tensor_scalar: bool = False) ->
     so they get the list form too.
     """
     if not isinstance(scalar, torch.Tensor):
-        return scalar
+        return _cpu_tensor_scalar(scalar, xs) if tensor_scalar else scalar
     if 0 in map(_ndim, xs) and any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
         return [scalar.to(x.dtype) for x in xs]
     if scalar.requires_grad or not tensor_scalar:
         return [scalar] * len(xs)
     return scalar
+
+
+def _cpu_tensor_scalar(scalar: Any, xs: Leaves) -> Any:
+    """A Python number as the 0-d tensor a CPU ``torch._foreach_mul``/``div`` runs faster with.
+
+    On the CPU, a foreach kernel given a Python number wraps it into a new tensor for every
+    leaf (a few microseconds each: most of a step over many small leaves); a 0-d tensor is
+    read as it is. The kernels compute float32 and float64 leaves in their own precision, so a
+    0-d tensor of the leaves' dtype holds the very value they would compute with: the same bits.
+    Other dtypes, devices, tensor subclasses (``DTensor``) and code being compiled keep the
+    number.
+    """
+    if (type(scalar) not in (float, int) or torch.compiler.is_compiling()
+            or set(map(type, xs)) - _PLAIN_TENSOR_TYPES):
+        return scalar
+    dtypes = set(map(_dtype, xs))
+    if len(dtypes) != 1 or not dtypes <= _OWN_PRECISION_DTYPES or not all(map(_is_cpu, xs)):
+        return scalar
+    return torch.tensor(scalar, dtype=xs[0].dtype)
 
 
 # ----------------------------------------------------------------------------------------------
