@@ -450,9 +450,10 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
                params: Optional[base.Params] = None, *, inplace: bool = False,
                **extra_args: Any) -> tuple[base.Updates, base.OptState]:
         del extra_args
-        mode: Mode = "inplace" if inplace else "pure"
-        return run(updates, state, params, mode,
-                   lambda: chain_update(updates, state, params, inplace))
+        if inplace:  # the kernel runs pure steps and whole steps only (see plan)
+            return chain_update(updates, state, params, True)
+        return run(updates, state, params, "pure",
+                   lambda: chain_update(updates, state, params, False))
 
     def apply_step(params: base.Params, grads: base.Updates,
                    state: base.OptState) -> base.OptState:
