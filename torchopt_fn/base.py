@@ -2,18 +2,24 @@
 
 TorchOpt's ``update`` takes ``params`` and ``inplace`` as keywords:
 ``update(updates, state, *, params=None, inplace=True)``. The transformations themselves are
-``optax_compat`` ones; :func:`torchopt_fn.transform.utils.from_optax` adapts the calling
-convention, forwarding ``inplace`` as the extra argument ``optax_compat``'s hot transforms accept.
+``optax_compat`` ones; :func:`from_optax` adapts the calling convention, forwarding ``inplace``
+as the extra argument ``optax_compat``'s hot transforms accept, and keeps the transformation it
+adapts: :func:`to_optax` gives it back instead of adapting the adapter, so a chain of TorchOpt
+transformations is one ``optax_compat`` chain behind one adapter, and
+:class:`torchopt_fn.Optimizer` steps the ``optax_compat`` transformation itself.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+import optax_compat._src.base as optax_base
 from optax_compat._src import building_blocks as bb
+from optax_compat._src.adam_engine import inplace_step
 from optax_compat._src.base import EmptyState
+from optax_compat.transforms._combining import chain as optax_chain
 
 if TYPE_CHECKING:
     from torchopt_fn.typing import OptState, Params, Updates
@@ -25,6 +31,9 @@ __all__ = [
     "ChainedGradientTransformation",
     "identity",
 ]
+
+# The attribute of a :func:`from_optax` adapter holding the transformation it adapts.
+_ADAPTED = "optax_transformation"
 
 
 class UninitializedState(NamedTuple):
@@ -95,9 +104,6 @@ class ChainedGradientTransformation(GradientTransformation):
 
     def __new__(cls, *transformations: GradientTransformation) -> ChainedGradientTransformation:
         """Chains ``transformations``, dropping identities and splicing nested chains."""
-        # Imported here: ``transform.utils`` builds on this module's types.
-        from torchopt_fn.transform.utils import chain_optax_compat
-
         flat = tuple(
             inner
             for t in transformations
@@ -160,3 +166,62 @@ def identity() -> IdentityGradientTransformation:
       An :class:`IdentityGradientTransformation`.
     """
     return IdentityGradientTransformation()
+
+
+def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
+    """Presents an ``optax_compat`` transformation with TorchOpt's ``update`` signature.
+
+    Args:
+      tx: any ``optax_compat`` gradient transformation.
+
+    Returns:
+      A :class:`GradientTransformation` whose ``update`` forwards ``params`` and ``inplace`` (as
+      an extra argument, ignored by transformations without a fast path); :func:`to_optax`
+      returns ``tx`` from it.
+    """
+    extra_args_tx = optax_base.with_extra_args_support(tx)
+
+    def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
+                  inplace: bool = True) -> tuple[Updates, OptState]:
+        return extra_args_tx.update(updates, state, params, inplace=inplace)
+
+    setattr(update_fn, _ADAPTED, extra_args_tx)
+    whole_step = inplace_step(tx)
+    if whole_step is not None:  # same state: the whole in-place step carries over
+        update_fn.apply_step = whole_step  # type: ignore[attr-defined]
+    return GradientTransformation(tx.init, update_fn)
+
+
+def _adapted(tx: GradientTransformation) -> optax_base.GradientTransformationExtraArgs | None:
+    """The ``optax_compat`` transformation whose :func:`from_optax` adapter is ``tx.update``."""
+    adapter = getattr(tx.update, "__wrapped__", None)
+    adapted = getattr(adapter, _ADAPTED, None)
+    if adapted is None or bb.tolerates_none(adapter) is not tx.update:
+        return None
+    return adapted
+
+
+def to_optax(tx: GradientTransformation) -> optax_base.GradientTransformationExtraArgs:
+    """Presents a TorchOpt-style transformation with ``optax_compat``'s ``update`` signature.
+
+    A transformation made by :func:`from_optax` gives back the ``optax_compat`` one it adapts
+    (with ``tx.init``); any other is adapted: the extra argument ``inplace`` is passed through
+    (default ``False``, ``optax_compat``'s convention), other extra arguments are ignored.
+    """
+    adapted = _adapted(tx)
+    if adapted is not None:
+        return (adapted if adapted.init is tx.init
+                else optax_base.GradientTransformationExtraArgs(tx.init, adapted.update))
+
+    @bb.supports_inplace
+    def update_fn(updates: Updates, state: OptState, params: Params | None = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        return tx.update(updates, state, params=params, inplace=extra_args.get("inplace", False))
+
+    return optax_base.GradientTransformationExtraArgs(tx.init, update_fn)
+
+
+def chain_optax_compat(transformations: Sequence[GradientTransformation]) -> GradientTransformation:
+    """The ``(init, update)`` pair chaining TorchOpt-style transformations with ``optax_compat``:
+    one :func:`optax_compat.chain` of the ``optax_compat`` transformations behind one adapter."""
+    return from_optax(optax_chain(*(to_optax(t) for t in transformations)))

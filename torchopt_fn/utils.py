@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from optax_compat._src.building_blocks import tree_math
-from torchopt_fn.typing import Device, ModuleTensorContainers, OptState, TensorContainer, TensorTree
+from torchopt_fn._module_containers import module_containers
+from torchopt_fn.typing import Device, OptState, TensorContainer, TensorTree
 
 if TYPE_CHECKING:
     from torchopt_fn.optim.meta.base import MetaOptimizer
@@ -113,29 +114,6 @@ def _detached_copy(device: torch.device | None) -> Callable[[torch.Tensor], torc
     return replicate
 
 
-def _module_containers(module: nn.Module,
-                       with_buffers: bool) -> tuple[list[dict], list[dict]]:
-    """The non-empty ``_parameters`` and ``_buffers`` dicts of each submodule (references)."""
-    params: list[dict] = []
-    buffers: list[dict] = []
-    for submodule in module.modules():  # each submodule once, parents first
-        if submodule._parameters:
-            params.append(submodule._parameters)
-        if with_buffers and submodule._buffers:
-            buffers.append(submodule._buffers)
-    return params, buffers
-
-
-def extract_module_containers(
-    module: nn.Module, with_buffers: bool = True,
-) -> tuple[ModuleTensorContainers, ModuleTensorContainers]:
-    """References to the parameter and buffer dicts of ``module`` and its submodules."""
-    if not isinstance(module, nn.Module):
-        raise RuntimeError(f"Unexpected class of {module}")
-    params, buffers = _module_containers(module, with_buffers)
-    return tuple(params), tuple(buffers)
-
-
 def _visual_contents(module: nn.Module, prefix: str) -> dict:
     """Names for the visualizer: ``leaf tensor -> name``, ``(grad_fn, output_nr) -> (name, t)``.
 
@@ -181,7 +159,7 @@ def extract_state_dict(
     """
     replicate = _replicator(by, device)
     if isinstance(target, nn.Module):
-        params, buffers = _module_containers(target, with_buffers)
+        params, buffers = module_containers(target, with_buffers)
         replicate_buffer = _detached_copy(
             None if device is None else torch.device(device)) if detach_buffers else replicate
         return ModuleState(
@@ -212,7 +190,7 @@ def recover_state_dict(target: nn.Module | MetaOptimizer,
       state: what :func:`extract_state_dict` returned.
     """
     if isinstance(target, nn.Module):
-        params_containers, buffers_containers = _module_containers(target, with_buffers=True)
+        params_containers, buffers_containers = module_containers(target, with_buffers=True)
         buffers = state.buffers
         if state.detach_buffers:
             buffers = tuple({k: _detached_copy(None)(v) for k, v in c.items()} for c in buffers)
@@ -244,7 +222,7 @@ def module_clone(target: nn.Module | MetaOptimizer | TensorTree, *,
     """
     if isinstance(target, (nn.Module, _meta_optimizer_class())):
         if isinstance(target, nn.Module):
-            tensors = tree_math.leaves(_module_containers(target, with_buffers=True))
+            tensors = tree_math.leaves(module_containers(target, with_buffers=True))
         else:
             tensors = tree_math.leaves(target.state_dict())
         # The tensors are replaced right after; do not deep-copy (or detach) them.

@@ -54,8 +54,10 @@ References:
 
 from __future__ import annotations
 
+import itertools
+import operator
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Optional
 
 import torch
@@ -141,7 +143,7 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     if (hp.nesterov or not all(map(bb.is_number, hypers))
             or tm.is_recording(gs, mus, nus, lr if isinstance(lr, torch.Tensor) else [])):
         return "formula"
-    dtypes = {g.dtype for g in gs}
+    dtypes = set(map(_dtype, gs))
     if any(dtype.is_complex for dtype in dtypes) or not all(
             _same_dtypes(gs, dtypes, buffers) for buffers in (mus, nus)):
         return "formula"
@@ -151,11 +153,19 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     return "foreach"
 
 
+# The checks below run on every step of every leaf: C-level ``map`` over attribute getters and
+# method descriptors keeps them to one Python call per check rather than one per leaf.
+_dtype = operator.attrgetter("dtype")
+_is_cpu = operator.attrgetter("is_cpu")
+_layout = operator.attrgetter("layout")
+_shape = operator.attrgetter("shape")
+
+
 def _same_dtypes(gs: tm.Leaves, dtypes: set[torch.dtype], others: tm.Leaves) -> bool:
     """Whether ``others`` have the dtypes of ``gs`` (whose set of dtypes is ``dtypes``),
     leaf by leaf (one set comparison when the leaves have one dtype)."""
     if len(dtypes) == 1:
-        return {x.dtype for x in others} == dtypes
+        return set(map(_dtype, others)) == dtypes
     return tm.same_dtypes(gs, others)
 
 
@@ -174,12 +184,14 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
         return False
     # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
     # rate and step counts; the foreach path runs on DTensors.
-    on_kernel_devices = all(type(g) is torch.Tensor and (g.is_cpu or g.is_cuda)
-                            and g.layout == torch.strided for g in gs)
-    same_shapes = [g.shape for g in gs] == [m.shape for m in mus]
+    if (set(map(type, gs)) != {torch.Tensor} or set(map(_layout, gs)) != {torch.strided}
+            or not (all(map(_is_cpu, gs)) or all(g.is_cpu or g.is_cuda for g in gs))):
+        return False
+    if list(map(_shape, gs)) != list(map(_shape, mus)):
+        return False  # broadcastable grads take the foreach path
     # Buffers written in place are read by the kernel as packed memory.
-    written = (*mus, *nus, *params) if mode == "apply" and params is not None else ()
-    return on_kernel_devices and same_shapes and all(x.is_contiguous() for x in written)
+    return (mode != "apply" or params is None
+            or all(map(torch.Tensor.is_contiguous, itertools.chain(mus, nus, params))))
 
 
 def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
@@ -265,14 +277,15 @@ def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm
     """A whole ``adam``/``adamw`` step on the fused kernel (see the module's docstring)."""
     b1, b2 = hp.b1, hp.b2
     dtype = gs[0].dtype
-    grads = [g.resolve_neg().contiguous() for g in gs]
+    grads = (gs if all(map(torch.Tensor.is_contiguous, gs))
+             and not any(map(torch.Tensor.is_neg, gs))
+             else [g.resolve_neg().contiguous() for g in gs])
     if apply:
         assert params is not None
         targets, new_mus, new_nus = params, mus, nus
     else:
-        targets = [torch.zeros(g.shape, dtype=dtype, device=g.device) for g in grads]
-        new_mus = [m.clone(memory_format=torch.contiguous_format) for m in mus]
-        new_nus = [n.clone(memory_format=torch.contiguous_format) for n in nus]
+        targets = list(map(torch.zeros_like, grads))  # packed, as the grads now are
+        new_mus, new_nus = _packed_copies(mus), _packed_copies(nus)
     # Optax's corrections, in the leaves' (one) dtype, against the kernel's float64 ones.
     c1_optax = bb.bias_correction(b1, count_inc, gs[:1]).double()
     c2_optax = bb.bias_correction(b2, count_inc, gs[:1]).double()
@@ -283,13 +296,10 @@ def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm
     decays = not bb.is_zero(terms.weight_decay) and apply
     kernel = torch._fused_adamw_ if decays else torch._fused_adam_
     steps = count_inc.float()  # the kernels' (and torch.optim's) type for step counts
-    for device, members in _by_device(grads).items():
-        torch_lr = kernel_lr.to(device)
-        kernel([targets[i] for i in members], [grads[i] for i in members],
-               [new_mus[i] for i in members], [new_nus[i] for i in members], [],
-               [steps.to(device)] * len(members), lr=torch_lr, beta1=b1, beta2=b2,
-               weight_decay=float(terms.weight_decay if decays else terms.l2), eps=hp.eps,
-               amsgrad=False, maximize=terms.maximize)
+    for device, group in _by_device(targets, grads, new_mus, new_nus):
+        kernel(*group, [], [steps.to(device)] * len(group[0]), lr=kernel_lr.to(device),
+               beta1=b1, beta2=b2, weight_decay=float(terms.weight_decay if decays else terms.l2),
+               eps=hp.eps, amsgrad=False, maximize=terms.maximize)
     if not apply and not bb.is_zero(terms.weight_decay):
         assert params is not None
         tm.add_scaled_(targets, tm.scalar_like(-lr_leaves * terms.weight_decay, targets)
@@ -297,14 +307,25 @@ def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm
     return (None if apply else targets), new_mus, new_nus
 
 
-def _by_device(xs: tm.Leaves) -> dict[torch.device, list[int]]:
-    """Indices of ``xs`` grouped by device (one kernel launch per device)."""
-    if all(x.is_cpu for x in xs):
-        return {xs[0].device: list(range(len(xs)))}
+def _packed_copies(xs: tm.Leaves) -> tm.Leaves:
+    """Copies of ``xs`` in packed (contiguous) memory."""
+    if all(map(torch.Tensor.is_contiguous, xs)):
+        return list(map(torch.clone, xs))
+    return [x.clone(memory_format=torch.contiguous_format) for x in xs]
+
+
+def _by_device(*lists: tm.Leaves) -> Iterator[tuple[torch.device, tuple[tm.Leaves, ...]]]:
+    """``lists`` (aligned lists of leaves) split by the device of their first list's leaves:
+    one kernel launch per device, the lists as they are when every leaf is on the CPU."""
+    first = lists[0]
+    if all(map(_is_cpu, first)):
+        yield first[0].device, lists
+        return
     groups: dict[torch.device, list[int]] = {}
-    for i, x in enumerate(xs):
+    for i, x in enumerate(first):
         groups.setdefault(x.device, []).append(i)
-    return groups
+    for device, members in groups.items():
+        yield device, tuple([xs[i] for i in members] for xs in lists)
 
 
 _warned_non_finite = False
@@ -383,20 +404,21 @@ def inplace_step(tx: Any) -> Optional[StepFn]:
     return getattr(getattr(tx, "update", None), "apply_step", None)
 
 
-def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[..., Any],
-                 with_params: Callable[..., Any]) -> Callable[..., Any]:
+def alias_update(hp: AdamHyperParams, terms: AliasTerms,
+                 chain_update: Callable[..., Any]) -> Callable[..., Any]:
     """The ``update`` of an ``adam``/``adamw`` alias built as a chain of transformations.
 
     Args:
       hp: the hyper-parameters of its ``scale_by_adam``.
       terms: its learning rate and decay.
-      chain_update: the chain's ``update``, run on every path but the kernel; its state is a
-        tuple holding one ``ScaleByAdamState`` and, last, the learning rate's state.
-      with_params: ``with_params(update_fn)`` adapts an ``update(updates, state, params,
-        inplace)`` to the alias's calling convention (``optax_compat``'s or TorchOpt's).
+      chain_update: ``chain_update(updates, state, params, inplace)``, the chain's ``update``,
+        run on every path but the kernel; its state is a tuple holding one
+        ``ScaleByAdamState`` and, last, the learning rate's state.
 
     Returns:
-      The alias's ``update``, with the whole in-place step as its ``apply_step`` attribute.
+      The alias's ``update(updates, state, params=None, *, inplace=False, **extra_args)``
+      (``optax_compat``'s convention), with the whole in-place step as its ``apply_step``
+      attribute.
     """
 
     def run(updates: Any, state: Any, params: Any, mode: Mode,
@@ -432,10 +454,15 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[
                      new_lr_state)
         return new_state if out is None else (tm.unflatten(spec, out), new_state)
 
-    def update(updates: Any, state: Any, params: Any, inplace: bool) -> Any:
-        mode: Mode = "inplace" if inplace else "pure"
-        return run(updates, state, params, mode,
-                   lambda: chain_update(updates, state, params, inplace))
+    @bb.supports_inplace
+    def update(updates: base.Updates, state: base.OptState,
+               params: Optional[base.Params] = None, *, inplace: bool = False,
+               **extra_args: Any) -> tuple[base.Updates, base.OptState]:
+        del extra_args
+        if inplace:  # the kernel runs pure steps and whole steps only (see plan)
+            return chain_update(updates, state, params, True)
+        return run(updates, state, params, "pure",
+                   lambda: chain_update(updates, state, params, False))
 
     def apply_step(params: base.Params, grads: base.Updates,
                    state: base.OptState) -> base.OptState:
@@ -448,9 +475,8 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms, chain_update: Callable[
         with torch.no_grad():
             return run(grads, state, params, "apply", fallback)
 
-    adapted = with_params(update)
-    adapted.apply_step = bb.tolerates_none_step(apply_step)
-    return adapted
+    update.apply_step = bb.tolerates_none_step(apply_step)  # type: ignore[attr-defined]
+    return update
 
 
 def _adam_state_index(state: tuple) -> int:

@@ -365,23 +365,12 @@ def _on_adam_engine(hp: adam_engine.AdamHyperParams, terms: adam_engine.AliasTer
     if terms.learning_rate is None:
         return steps
 
-    def with_params(update: Callable[..., Any]) -> Callable[..., Any]:
-        @bb.supports_inplace
-        @bb.elementwise_if(steps)
-        def update_fn(updates: base.Updates, state: base.OptState,
-                      params: base.Params | None = None, *, inplace: bool = False,
-                      **extra_args: Any) -> tuple[base.Updates, base.OptState]:
-            del extra_args
-            return update(updates, state, params, inplace)
-
-        return update_fn
-
     def chain_update(updates: base.Updates, state: base.OptState, params: base.Params | None,
                      inplace: bool) -> tuple[base.Updates, base.OptState]:
         return steps.update(updates, state, params, inplace=inplace)
 
-    return base.GradientTransformationExtraArgs(
-        steps.init, adam_engine.alias_update(hp, terms, chain_update, with_params))
+    update = bb.elementwise_if(steps)(adam_engine.alias_update(hp, terms, chain_update))
+    return base.GradientTransformationExtraArgs(steps.init, update)
 
 
 nadamw = functools.partial(adamw, nesterov=True)

@@ -26,6 +26,8 @@ protocol: ``param_groups`` dicts holding the hyper-parameters, ``state`` keyed b
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -46,6 +48,8 @@ _GROUP_KEYS = {"learning_rate": "lr"}
 # transformation that has no such hyper-parameter they would be silently ignored.
 _TORCH_HYPERPARAMETERS = frozenset({"lr", "betas", "momentum", "weight_decay", "eps"})
 _PER_PARAMETER, _SHARED, _HYPERPARAMETER, _STATIC = range(4)
+_grad = operator.attrgetter("grad")
+_is_sparse = operator.attrgetter("is_sparse")
 
 
 @dataclasses.dataclass
@@ -81,9 +85,12 @@ def _per_parameter_predicate(size: int) -> Callable[[Any], bool]:
     """Whether a state node is a tuple with one buffer per parameter of a group of ``size``."""
 
     def is_per_parameter(node: Any) -> bool:
-        return (type(node) is tuple and len(node) == size
-                and all(isinstance(x, (torch.Tensor, MaskedNode)) for x in node)
-                and any(isinstance(x, torch.Tensor) for x in node))
+        if type(node) is not tuple or len(node) != size:
+            return False
+        # One C-level pass in the common case (a buffer for every parameter).
+        return (size > 0 and all(map(isinstance, node, itertools.repeat(torch.Tensor)))) or (
+            all(isinstance(x, (torch.Tensor, MaskedNode)) for x in node)
+            and any(isinstance(x, torch.Tensor) for x in node))
 
     return is_per_parameter
 
@@ -284,14 +291,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                     values[entry.key] = tuple(pair)
         return values
 
-    def _gather(self, group: Mapping[str, Any], layout: _Layout,
-                copies: list[bool] | None = None) -> base.OptState:
-        """The group state, assembled from ``state[p]`` and the group's hyper-parameters.
+    def _gather(self, group: Mapping[str, Any], layout: _Layout, states: list[dict[str, Any]],
+                copies: list[bool] | None = None) -> list[Any]:
+        """The nodes of the group state (``layout.treespec`` unflattens them), assembled from
+        ``states`` (``state[p]`` of the group's parameters) and the group's hyper-parameters.
 
         Per-parameter buffers of the parameters flagged in ``copies`` are cloned (an in-place
         update must leave their stored values untouched).
         """
-        states = [self.state[p] for p in group["params"]]
         try:
             nodes = []
             for entry in layout.entries:
@@ -312,18 +319,29 @@ class TorchOptimizer(torch.optim.Optimizer):
         except KeyError as error:
             raise RuntimeError(f"The optimizer state of a parameter has no entry {error}: it "
                                "was changed by hand or loaded from another optimizer.") from None
-        return layout.treespec.unflatten(nodes)
+        return nodes
 
     def _scatter(self, group: Mapping[str, Any], layout: _Layout, state: base.OptState,
-                 stepped: list[bool]) -> None:
-        """Stores ``state`` in ``state[p]`` for the parameters flagged in ``stepped``."""
+                 stepped: list[bool], states: list[dict[str, Any]] | None = None,
+                 gathered: list[Any] | None = None) -> None:
+        """Stores ``state`` in ``states`` (``state[p]`` of the group's parameters) for the
+        parameters flagged in ``stepped``.
+
+        A node that is still the one :meth:`_gather` read (``gathered``), such as the buffers
+        an in-place step advanced, is stored already.
+        """
         params = group["params"]
         nodes, treespec = _flatten(state, len(params))
         if treespec != layout.treespec:
             raise RuntimeError(f"The transformation changed the structure of its state, from "
                                f"{layout.treespec} to {treespec}.")
-        states = [self.state[p] for p in params]
-        for entry, node in zip(layout.entries, nodes, strict=True):
+        if states is None:
+            states = [self.state[p] for p in params]
+        unchanged = (map(operator.is_, nodes, gathered) if gathered is not None
+                     else itertools.repeat(False))
+        for entry, node, same in zip(layout.entries, nodes, unchanged):
+            if same:
+                continue
             if entry.kind is _PER_PARAMETER:
                 for target, value, new in zip(states, node, stepped, strict=True):
                     if new and isinstance(value, torch.Tensor):
@@ -387,20 +405,25 @@ class TorchOptimizer(torch.optim.Optimizer):
             for index, (group, layout) in enumerate(zip(self.param_groups, self._layouts,
                                                         strict=True)):
                 params = tuple(group["params"])
-                stepped = [p.grad is not None for p in params]
+                grads = tuple(map(_grad, params))
+                stepped = [grad is not None for grad in grads]
                 if not any(stepped):
                     continue
-                grads = tuple(torch.zeros_like(p) if p.grad is None else p.grad
-                              for p in params)
-                if any(grad.is_sparse for grad in grads):
+                if not all(stepped):
+                    grads = tuple(torch.zeros_like(p) if g is None else g
+                                  for p, g in zip(params, grads, strict=True))
+                if any(map(_is_sparse, grads)):
                     names = group.get("param_names") or [
                         f"parameter {i} of group {index}" for i in range(len(params))]
                     grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
                                   else grad for grad, name in zip(grads, names, strict=True))
                 copies = [not flag for flag in stepped] if self.inplace else None
-                state = self._gather(group, layout, copies if copies and any(copies) else None)
-                state = self._apply(group, params, grads, state, stepped, extra_args)
-                self._scatter(group, layout, state, stepped)
+                states = [self.state[p] for p in params]
+                gathered = self._gather(group, layout, states,
+                                        copies if copies and any(copies) else None)
+                state = self._apply(group, params, grads, layout.treespec.unflatten(gathered),
+                                    stepped, extra_args)
+                self._scatter(group, layout, state, stepped, states, gathered)
         return loss
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

@@ -1,10 +1,12 @@
 """Building-block contracts: in-place requests reach only transformations that declare them."""
 
+import pytest
 import torch
 
 import optax_compat as optax
 from optax_compat._src import base
 from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 
 
 def _params():
@@ -51,3 +53,19 @@ def test_declarations():
     assert bb.declares_inplace(optax.chain(optax.sgd(0.1)).update)
     assert not bb.declares_inplace(optax.apply_if_finite(optax.sgd(0.1), 2).update)
     assert not bb.declares_inplace(optax.MultiSteps(optax.sgd(0.1), 2).update)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scalar", [0.9, -1e-3, 1 / 3, 3, 1e40, -0.0])
+def test_tree_math_scales_by_a_python_number_as_torch_does(dtype, scalar):
+    # On the CPU the number is passed to the kernels as a 0-d tensor: the same bits.
+    specials = torch.tensor([1e-38, 3e38, float("inf"), float("nan"), -0.0, 0.0])
+    xs = [torch.randn(31, 7, dtype=dtype), torch.tensor(3.3, dtype=dtype),
+          specials.to(dtype), torch.randn(5, dtype=dtype).t()]
+    for ours, reference in ((tm.mul(xs, scalar), [x * scalar for x in xs]),
+                            (tm.div(xs, scalar), [x / scalar for x in xs]),
+                            (tm.mul_([x.clone() for x in xs], scalar), [x * scalar for x in xs])):
+        bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+        for got, expected in zip(ours, reference, strict=True):
+            assert got.dtype == expected.dtype
+            assert torch.equal(got.reshape(-1).view(bits), expected.reshape(-1).view(bits))

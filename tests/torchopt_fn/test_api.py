@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import pathlib
 
 import pytest
 
@@ -64,3 +66,55 @@ def test_submodules_are_reachable():
         assert getattr(torchopt, module).__name__ == f"torchopt_fn.{module}"
     assert torchopt.optim.meta.MetaAdam is torchopt.MetaAdam
     assert torchopt.Adamax is torchopt.AdaMax and torchopt.MetaRMSprop is torchopt.MetaRMSProp
+
+
+def _imported_modules(path: pathlib.Path, name: str, modules: set[str]) -> set[str]:
+    """The torchopt_fn modules that ``name`` (at ``path``) imports, at run time or lazily
+    (``if TYPE_CHECKING:`` blocks aside); ``from package import module`` counts as the module."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and ast.unparse(block.test).endswith("TYPE_CHECKING")
+                   for node in ast.walk(block)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                         for alias in node.names)
+    imported = set()
+    for module in found:
+        while module and module not in modules:
+            module = module.rpartition(".")[0]
+        # A module's own packages are imported before it, not by it.
+        if module and not name.startswith(module + ".") and module != name:
+            imported.add(module)
+    return imported
+
+
+def test_modules_import_each_other_without_a_cycle():
+    root = pathlib.Path(torchopt.__file__).parent
+    paths = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _imported_modules(path, name, set(paths)) for name, path in paths.items()}
+    assert "torchopt_fn.base" in graph["torchopt_fn.optim.base"]  # the graph reads imports
+
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for module in graph[todo.pop()] - seen:
+                seen.add(module)
+                todo.append(module)
+        return seen
+
+    cycles = sorted(name for name in graph if name in reachable(name))
+    assert cycles == []

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+import optax_compat._src.base as optax_base
 from optax_compat._src import adam_engine
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
@@ -16,7 +16,9 @@ from torchopt_fn.base import (
     ChainedGradientTransformation,
     EmptyState,
     GradientTransformation,
+    from_optax,
     identity,
+    to_optax,
 )
 from torchopt_fn.transform import scale, scale_by_schedule
 from torchopt_fn.typing import Numeric, OptState, Params, ScalarOrSchedule, Updates
@@ -132,9 +134,13 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
     one node. The step number is the state's count tensor, read only when the graph is drawn.
     """
 
-    def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
-                  inplace: bool = True) -> tuple[Updates, OptState]:
-        new_updates, new_state = tx.update(updates, state, params=params, inplace=inplace)
+    steps = to_optax(tx)
+
+    @bb.supports_inplace
+    def update_fn(updates: Updates, state: OptState, params: Params | None = None, *,
+                  inplace: bool = False, **extra_args: Any) -> tuple[Updates, OptState]:
+        del extra_args
+        new_updates, new_state = steps.update(updates, state, params, inplace=inplace)
         if not inplace and torch.is_grad_enabled() and any(
                 isinstance(u, torch.Tensor) and u.grad_fn is not None
                 for u in tree_math.leaves(new_updates)):
@@ -142,7 +148,8 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
                                step=_step_count(new_state), state=state)
         return new_updates, new_state
 
-    return _keeping_chain_type(tx, GradientTransformation(tx.init, update_fn))
+    return _keeping_chain_type(tx, from_optax(optax_base.GradientTransformationExtraArgs(
+        tx.init, update_fn)))
 
 
 def _keeping_chain_type(tx: GradientTransformation,
@@ -165,17 +172,11 @@ def on_adam_engine(tx: GradientTransformation, b1: float, b2: float, eps: float,
     alias on PyTorch's fused kernel when it applies, and the whole in-place step attached
     (:func:`optax_compat.inplace_step`, used by :class:`torchopt_fn.Optimizer`)."""
     hp = adam_engine.AdamHyperParams(b1, b2, eps, eps_root)
-
-    def with_params(update: Callable[..., Any]) -> Callable[..., Any]:
-        def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
-                      inplace: bool = True) -> tuple[Updates, OptState]:
-            return update(updates, state, params, inplace)
-
-        return update_fn
+    steps = to_optax(tx)
 
     def chain_update(updates: Updates, state: OptState, params: Params | None,
                      inplace: bool) -> tuple[Updates, OptState]:
-        return tx.update(updates, state, params=params, inplace=inplace)
+        return steps.update(updates, state, params, inplace=inplace)
 
-    return _keeping_chain_type(tx, GradientTransformation(
-        tx.init, adam_engine.alias_update(hp, terms, chain_update, with_params)))
+    return _keeping_chain_type(tx, from_optax(optax_base.GradientTransformationExtraArgs(
+        tx.init, adam_engine.alias_update(hp, terms, chain_update))))

@@ -4,7 +4,7 @@
 its hot transformations accept the extra argument ``inplace`` (reuse state buffers, may write
 into the incoming updates). TorchOpt's are called ``update(updates, state, *, params=None,
 inplace=True)``. Every TorchOpt transformation here is an ``optax_compat`` one seen through
-:func:`from_optax`.
+:func:`from_optax` (defined with the types in :mod:`torchopt_fn.base`, re-exported here).
 """
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ from typing import Any
 import optree
 import torch
 
-import optax_compat._src.base as optax_base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.adam_engine import inplace_step
 from optax_compat._src.building_blocks import tree_math
-from optax_compat.transforms._combining import chain as optax_chain
-from torchopt_fn.base import GradientTransformation
+from torchopt_fn.base import GradientTransformation, chain_optax_compat, from_optax, to_optax
 from torchopt_fn.typing import OptState, Params, Updates
 
 __all__ = [
@@ -37,50 +33,6 @@ __all__ = [
 ]
 
 INT64_MAX = torch.iinfo(torch.int64).max
-
-
-def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
-    """Presents an ``optax_compat`` transformation with TorchOpt's ``update`` signature.
-
-    Args:
-      tx: any ``optax_compat`` gradient transformation.
-
-    Returns:
-      A :class:`torchopt_fn.base.GradientTransformation` whose ``update`` forwards ``params``
-      and ``inplace`` (as an extra argument, ignored by transformations without a fast path).
-    """
-    extra_args_tx = optax_base.with_extra_args_support(tx)
-
-    def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
-                  inplace: bool = True) -> tuple[Updates, OptState]:
-        return extra_args_tx.update(updates, state, params, inplace=inplace)
-
-    whole_step = inplace_step(tx)
-    if whole_step is not None:  # same state: the whole in-place step carries over
-        update_fn.apply_step = whole_step  # type: ignore[attr-defined]
-    return GradientTransformation(tx.init, update_fn)
-
-
-def to_optax(tx: GradientTransformation) -> optax_base.GradientTransformationExtraArgs:
-    """Presents a TorchOpt-style transformation with ``optax_compat``'s ``update`` signature.
-
-    The extra argument ``inplace`` (default ``True``, as in TorchOpt) is passed through; other
-    extra arguments are ignored.
-    """
-
-    @bb.supports_inplace
-    def update_fn(updates: Updates, state: OptState, params: Params | None = None,
-                  **extra_args: Any) -> tuple[Updates, OptState]:
-        return tx.update(updates, state, params=params, inplace=extra_args.get("inplace", True))
-
-    return optax_base.GradientTransformationExtraArgs(tx.init, update_fn)
-
-
-def chain_optax_compat(
-    transformations: Sequence[GradientTransformation],
-) -> GradientTransformation:
-    """The ``(init, update)`` pair chaining TorchOpt-style transformations with ``optax_compat``."""
-    return from_optax(optax_chain(*(to_optax(t) for t in transformations)))
 
 
 def with_moment_requires_grad(tx: GradientTransformation,

@@ -11,12 +11,12 @@ from torch import nn
 from optax_compat import checkpoint
 from optax_compat._src.building_blocks import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
+from torchopt_fn._module_containers import extract_module_containers
 from torchopt_fn.base import GradientTransformation, UninitializedState
 from torchopt_fn.optim import _state_dict
 from torchopt_fn.optim.base import as_transformation
 from torchopt_fn.typing import ModuleTensorContainers, OptState
 from torchopt_fn.update import apply_updates
-from torchopt_fn.utils import extract_module_containers
 
 __all__ = ["MetaOptimizer"]
 
