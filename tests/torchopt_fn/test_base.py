@@ -110,9 +110,9 @@ def test_an_optimizer_step_goes_through_no_round_trip(make, adapted):
         return
     for param in params:
         param.grad = torch.ones_like(param)
+    optimizer.step()  # the first step's lazy imports run unprofiled
     before = [p.detach().clone() for p in params]
     with adapter_calls() as calls:
         optimizer.step()
-        optimizer.step()
-    assert calls == ["to_optax.<locals>.update_fn"] * 2 * adapted
+    assert calls == ["to_optax.<locals>.update_fn"] * adapted
     assert all(not torch.equal(p, b) for p, b in zip(params, before))
