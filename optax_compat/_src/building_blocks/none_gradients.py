@@ -243,8 +243,9 @@ def shape_mismatch(updates: Any, state: Any, params: Any = None) -> str | None:
     together are reported first, then any other difference. Called after an update failed.
 
     Returns:
-      e.g. ``"state[0].mu: updates['w'] has shape (2, 3) where state[0].mu['w'] has shape
-      (3, 2)"``, or ``None`` if every leaf has its counterparts' shape.
+      The end of the sentence "The shapes of updates and ...", e.g. ``"state[0].mu differ:
+      updates['w'] has shape (2, 3) where state[0].mu['w'] has shape (3, 2)"``, or ``None`` if
+      every leaf has its counterparts' shape.
     """
     accessors, leaves, spec = optree.tree_flatten_with_accessor(
         updates, none_is_leaf=True, namespace=tm.NAMESPACE)
