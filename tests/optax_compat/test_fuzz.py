@@ -29,8 +29,9 @@ Optax quirks that the fuzzer steps around, each for a reason:
   ``apply_if_finite``, ``MultiSteps``, ``conditionally_*``: a state that changes dtype at
   ``update``, ``mu_dtype`` narrower than the gradients without a cast back; updates shaped
   unlike the gradients, ``(1,)`` for a 0-d leaf). Op by op (as the fuzzer runs Optax) the
-  branch taken goes through; this package keeps the state's dtype and the incoming shapes. A
-  program that fails the comparison is accepted when compiled Optax raises that error.
+  branch taken goes through, and this package returns updates too, though not always the same
+  dtypes or shapes. A program that fails the comparison is accepted when compiled Optax raises
+  that error.
 * ``KNOWN_OPTAX_QUIRKS`` below: programs on which Optax itself fails where this package returns
   updates (an empty tree reaching ``scale_by_muon``/GaLore/Sophia, whose Optax code indexes a
   tree it assumes non-empty). Both sides still run; only the "Optax raised" outcome is accepted.
