@@ -541,6 +541,7 @@ def plot(results: Results, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.lines
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     names = list(dict.fromkeys(name for (_, name), row in results.rows.items() if row["times"]))
     if not names:
@@ -575,6 +576,8 @@ def plot(results: Results, path: str) -> None:
         axis.set(xscale="log", yscale="log", title=name)
         axis.title.set_fontsize(9)
         axis.tick_params(labelsize=7)
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for axis in axes.flat[len(names):]:
         axis.axis("off")
     shown = [label for label in labels if label in drawn]
