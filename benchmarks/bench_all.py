@@ -550,8 +550,9 @@ def plot(results: Results, path: str) -> None:
     colors = {label: f"C{index}" for index, label in enumerate(labels)}
     drawn: set[str] = set()
     columns = min(6, len(names))
-    figure, axes = plt.subplots(math.ceil(len(names) / columns), columns, squeeze=False,
-                                figsize=(3.2 * columns, 2.6 * math.ceil(len(names) / columns)))
+    rows = math.ceil(len(names) / columns)
+    figure, axes = plt.subplots(rows, columns, squeeze=False,
+                                figsize=(max(3.2 * columns, 9), 2.6 * rows + 0.4))
     for axis, name in zip(axes.flat, names):
         sizes = sorted((size for size, other in results.rows
                         if other == name and results.rows[size, other]["times"]),
