@@ -43,7 +43,7 @@ process's resident-set high-water mark it does not depend on glibc (a pure step 
 the blocks the previous step freed adds no resident pages, yet allocates). XLA's allocations
 are not PyTorch's, so the Optax column is XLA's own account of the compiled step
 (``memory_analysis()``: temporaries plus outputs that do not reuse an input). The profiled step
-is not timed; it is skipped when one step takes more than a fortieth of the budget.
+is not timed; it is skipped (a dash) when the first step took more than a tenth of the budget.
 
 Time budget: each implementation's setup (first step, compilation included, and the memory
 step) must end within ``--budget`` seconds or the cell is skipped and marked ``>Ns``. Compilers
@@ -52,6 +52,7 @@ each model runs in a worker process, which this script kills when a cell overrun
 worker carries on with the next cell. Timed steps are interleaved (one step of each
 implementation per round) and the median is reported; an implementation whose steps have used
 the budget leaves the rounds (after at least one timed step) and its time is marked ``~``.
+Ctrl-C (or SIGTERM) stops the workers and writes what was measured.
 With ``--threads 1`` XLA is asked for one thread too.
 
 Output: one table of milliseconds with the streaming limit and the ratios of our fastest path
@@ -71,6 +72,7 @@ import os
 import pathlib
 import queue
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -316,7 +318,7 @@ def set_up(name: str, label: str, shapes: Shapes, budget: float) -> tuple[Step |
             cell["compile_seconds"] = step.compile_seconds
         if hasattr(step, "peak_bytes"):
             cell["peak_bytes"] = step.peak_bytes
-        elif first < budget / 40:
+        elif first < budget / 10:
             cell["peak_bytes"] = peak_bytes(step)
         return step, {**cell, "status": "ok"}
     except Exception as error:  # an implementation that fails is reported, not fatal
@@ -440,15 +442,29 @@ def worker_environment(threads: int) -> dict[str, str]:
     return environment
 
 
+class Workers:
+    """The worker processes running, and whether the run is being stopped."""
+
+    def __init__(self) -> None:
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for process in list(self.running):
+            process.kill()
+
+
 def run_model(args: argparse.Namespace, size: str, results: Results,
-              on_row: Callable[[str, str], None]) -> None:
+              on_row: Callable[[str, str], None], workers: Workers) -> None:
     """Runs ``size``'s optimizers in workers, restarting after a cell overruns its budget."""
     pending = args.optimizers.split(",")
     skip: set[str] = set()
-    while pending:
+    while pending and not workers.stopping.is_set():
         process = subprocess.Popen(worker_command(args, size, pending, skip),
                                    stdout=subprocess.PIPE, text=True,
                                    env=worker_environment(args.threads))
+        workers.running.add(process)
         lines: queue.Queue[str | None] = queue.Queue()
 
         def read(stream: Any = process.stdout, into: queue.Queue = lines) -> None:
@@ -470,6 +486,9 @@ def run_model(args: argparse.Namespace, size: str, results: Results,
                 failure = "crashed"
             if line is None:
                 process.wait()
+                workers.running.discard(process)
+                if workers.stopping.is_set():
+                    return
                 if current is None:  # the worker ended between cells
                     if process.returncode != 0:
                         sys.exit(f"worker for model {size} failed before its first cell")
@@ -522,16 +541,21 @@ def plot(results: Results, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.lines
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    names = list(dict.fromkeys(name for _, name in results.rows))
+    names = list(dict.fromkeys(name for (_, name), row in results.rows.items() if row["times"]))
+    if not names:
+        return
     labels = [*IMPLEMENTATIONS, "streaming limit"]
     colors = {label: f"C{index}" for index, label in enumerate(labels)}
     drawn: set[str] = set()
     columns = min(6, len(names))
-    figure, axes = plt.subplots(math.ceil(len(names) / columns), columns, squeeze=False,
-                                figsize=(3.2 * columns, 2.6 * math.ceil(len(names) / columns)))
+    rows = math.ceil(len(names) / columns)
+    figure, axes = plt.subplots(rows, columns, squeeze=False,
+                                figsize=(max(3.2 * columns, 9), 2.6 * rows + 0.4))
     for axis, name in zip(axes.flat, names):
-        sizes = sorted((size for size, other in results.rows if other == name),
+        sizes = sorted((size for size, other in results.rows
+                        if other == name and results.rows[size, other]["times"]),
                        key=lambda size: (results.parameters[size], size))
         series = {label: [(results.parameters[size], results.rows[size, name]["times"][label][0])
                           for size in sizes if label in results.rows[size, name]["times"]]
@@ -553,6 +577,8 @@ def plot(results: Results, path: str) -> None:
         axis.set(xscale="log", yscale="log", title=name)
         axis.title.set_fontsize(9)
         axis.tick_params(labelsize=7)
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for axis in axes.flat[len(names):]:
         axis.axis("off")
     shown = [label for label in labels if label in drawn]
@@ -612,17 +638,28 @@ def main() -> None:
             if args.markdown:  # rewritten at every row: an interrupted run keeps its rows
                 save_markdown(args.markdown, results)
 
+    workers = Workers()
+
     def run(size: str) -> None:
-        run_model(args, size, results, on_row)
+        run_model(args, size, results, on_row, workers)
+        if workers.stopping.is_set():
+            return
         with lock:
             print(f"model {size}: {results.parameters.get(size, 0):,} parameters, copy "
                   f"bandwidth {results.bandwidth.get(size, math.nan) / 1e9:.1f} GB/s", flush=True)
             if plot_path:
                 plot(results, plot_path)
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for future in [pool.submit(run, size) for size in args.sizes.split(",")]:
-            future.result()
+        try:
+            for future in [pool.submit(run, size) for size in args.sizes.split(",")]:
+                future.result()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the workers, keep the results
+            print("interrupted: the tables and the plot hold what was measured", flush=True)
+            workers.stop()
+            if plot_path:
+                plot(results, plot_path)
     print("\npeak memory per step (MB above the step's start) and compile seconds")
     for row in [results.memory_columns(), *(results.memory_row(*key) for key in results.rows)]:
         print("  ".join(row))
