@@ -127,9 +127,12 @@ class FusedStep:
         :func:`~optax_compat._src.inductor.inductor_options`)."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
-        options = ({**inductor.inductor_options(),
-                    "post_grad_custom_post_pass": inductor.HoistScalars()}
-                   if self._backend == "inductor" else {})
+        options = {}
+        if self._backend == "inductor":
+            from optax_compat._src import inductor_passes  # Inductor loads only when used
+
+            options = {**inductor.inductor_options(),
+                       "post_grad_custom_post_pass": inductor_passes.HoistScalars()}
         with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()):
             return compiler(graph, example_inputs)
 
