@@ -22,6 +22,7 @@ compiled kernels across processes.
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
 import types
 from collections.abc import Sequence
@@ -97,17 +98,23 @@ class FusedStep:
         Raises:
           ValueError: if ``grads`` does not have the params' structure.
         """
-        gs = tm.leaves_like(grads, self._spec, "grads", reference=self.grads)
-        for group, views in zip(self._groups, self._grad_views, strict=True):
-            sources = [gs[i] for i in group]
-            if any(source is not view for source, view in zip(sources, views, strict=True)):
-                tm.copy_(views, sources)
+        if grads is not self.grads:
+            self._gather(grads)
         self._compiled_in_call = False
         start = time.perf_counter()
         with torch.no_grad():
             self._compiled(self._tx, self.params, self._grad_buffers, self.state)
         if self._compiled_in_call:
             self.compile_seconds += time.perf_counter() - start
+
+    def _gather(self, grads: base.Updates) -> None:
+        """Copies into the flat gradient buffers the groups of ``grads`` that are not already
+        their views."""
+        gs = tm.leaves_like(grads, self._spec, "grads", reference=self.grads)
+        for group, views in zip(self._groups, self._grad_views, strict=True):
+            sources = [gs[i] for i in group]
+            if not all(map(operator.is_, sources, views)):
+                tm.copy_(views, sources)
 
     def zero_grad(self) -> None:
         """Sets the flat gradient buffers (and so every tensor of :attr:`grads`) to zero."""
@@ -120,9 +127,12 @@ class FusedStep:
         :func:`~optax_compat._src.inductor.inductor_options`)."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
-        options = ({**inductor.inductor_options(),
-                    "post_grad_custom_post_pass": inductor.HoistScalars()}
-                   if self._backend == "inductor" else {})
+        options = {}
+        if self._backend == "inductor":
+            from optax_compat._src import inductor_passes  # Inductor loads only when used
+
+            options = {**inductor.inductor_options(),
+                       "post_grad_custom_post_pass": inductor_passes.HoistScalars()}
         with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()):
             return compiler(graph, example_inputs)
 
