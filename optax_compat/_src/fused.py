@@ -123,8 +123,9 @@ class FusedStep:
 
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:
-        """The chosen backend, noting that this call compiles (and, for Inductor, with
-        :func:`~optax_compat._src.inductor.inductor_options`)."""
+        """The chosen backend, noting that this call compiles; Inductor runs with
+        :func:`~optax_compat._src.inductor.inductor_options` and the post-grad pass
+        :class:`~optax_compat._src.inductor_passes.HoistScalars`."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
         options = {}
