@@ -107,7 +107,7 @@ def _check_notebooks(site: pathlib.Path) -> None:
 
 
 def _check_benchmarks(site: pathlib.Path) -> None:
-    for script, page in (("bench_all", "all"), ("bench_step", "step"),
+    for script, page in (("bench_all", "all"), ("bench_step", "step"), ("bench_fused", "fused"),
                          ("bench_contrib", "contrib"), ("bench_muon", "muon"),
                          ("bench_visual", "visual")):
         results = (ROOT / "benchmarks" / "results" / f"{script}.md").read_text()

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from optax_compat._src import base, inductor, update
+from optax_compat._src import base, compilation, update
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
@@ -123,15 +123,16 @@ class FusedStep:
 
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:
-        """The chosen backend, noting that this call compiles (and, for Inductor, with
-        :func:`~optax_compat._src.inductor.inductor_options`)."""
+        """The chosen backend, noting that this call compiles; Inductor runs with
+        :func:`~optax_compat._src.compilation.compile_options` and the post-grad pass
+        :class:`~optax_compat._src.inductor_passes.HoistScalars`."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
         options = {}
         if self._backend == "inductor":
             from optax_compat._src import inductor_passes  # Inductor loads only when used
 
-            options = {**inductor.inductor_options(),
+            options = {**(compilation.compile_options() or {}),
                        "post_grad_custom_post_pass": inductor_passes.HoistScalars()}
         with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()):
             return compiler(graph, example_inputs)
