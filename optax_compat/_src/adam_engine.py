@@ -55,7 +55,6 @@ References:
 from __future__ import annotations
 
 import itertools
-import operator
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Optional
@@ -143,7 +142,7 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     if (hp.nesterov or not all(map(bb.is_number, hypers))
             or tm.is_recording(gs, mus, nus, lr if isinstance(lr, torch.Tensor) else [])):
         return "formula"
-    dtypes = set(map(_dtype, gs))
+    dtypes = set(tm.attributes("dtype", gs))
     if any(dtype.is_complex for dtype in dtypes) or not all(
             _same_dtypes(gs, dtypes, buffers) for buffers in (mus, nus)):
         return "formula"
@@ -153,19 +152,15 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     return "foreach"
 
 
-# The checks below run on every step of every leaf: C-level ``map`` over attribute getters and
-# method descriptors keeps them to one Python call per check rather than one per leaf.
-_dtype = operator.attrgetter("dtype")
-_is_cpu = operator.attrgetter("is_cpu")
-_layout = operator.attrgetter("layout")
-_shape = operator.attrgetter("shape")
+# The checks below run on every step of every leaf: C-level passes (``tm.attributes``, ``map``
+# over method descriptors) keep them to one Python call per check rather than one per leaf.
 
 
 def _same_dtypes(gs: tm.Leaves, dtypes: set[torch.dtype], others: tm.Leaves) -> bool:
     """Whether ``others`` have the dtypes of ``gs`` (whose set of dtypes is ``dtypes``),
     leaf by leaf (one set comparison when the leaves have one dtype)."""
     if len(dtypes) == 1:
-        return set(map(_dtype, others)) == dtypes
+        return set(tm.attributes("dtype", others)) == dtypes
     return tm.same_dtypes(gs, others)
 
 
@@ -184,10 +179,10 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
         return False
     # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
     # rate and step counts; the foreach path runs on DTensors.
-    if (set(map(type, gs)) != {torch.Tensor} or set(map(_layout, gs)) != {torch.strided}
-            or not (all(map(_is_cpu, gs)) or all(g.is_cpu or g.is_cuda for g in gs))):
+    if (set(map(type, gs)) != {torch.Tensor} or set(tm.attributes("layout", gs)) != {torch.strided}
+            or not (all(tm.attributes("is_cpu", gs)) or all(g.is_cpu or g.is_cuda for g in gs))):
         return False
-    if list(map(_shape, gs)) != list(map(_shape, mus)):
+    if tm.attributes("shape", gs) != tm.attributes("shape", mus):
         return False  # broadcastable grads take the foreach path
     # Buffers written in place are read by the kernel as packed memory.
     return (mode != "apply" or params is None
@@ -318,7 +313,7 @@ def _by_device(*lists: tm.Leaves) -> Iterator[tuple[torch.device, tuple[tm.Leave
     """``lists`` (aligned lists of leaves) split by the device of their first list's leaves:
     one kernel launch per device, the lists as they are when every leaf is on the CPU."""
     first = lists[0]
-    if all(map(_is_cpu, first)):
+    if all(tm.attributes("is_cpu", first)):
         yield first[0].device, lists
         return
     groups: dict[torch.device, list[int]] = {}

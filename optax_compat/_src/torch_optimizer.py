@@ -48,8 +48,6 @@ _GROUP_KEYS = {"learning_rate": "lr"}
 # transformation that has no such hyper-parameter they would be silently ignored.
 _TORCH_HYPERPARAMETERS = frozenset({"lr", "betas", "momentum", "weight_decay", "eps"})
 _PER_PARAMETER, _SHARED, _HYPERPARAMETER, _STATIC = range(4)
-_grad = operator.attrgetter("grad")
-_is_sparse = operator.attrgetter("is_sparse")
 
 
 @dataclasses.dataclass
@@ -405,14 +403,14 @@ class TorchOptimizer(torch.optim.Optimizer):
             for index, (group, layout) in enumerate(zip(self.param_groups, self._layouts,
                                                         strict=True)):
                 params = tuple(group["params"])
-                grads = tuple(map(_grad, params))
+                grads = tuple(tree_math.attributes("grad", params))
                 stepped = [grad is not None for grad in grads]
                 if not any(stepped):
                     continue
                 if not all(stepped):
                     grads = tuple(torch.zeros_like(p) if g is None else g
                                   for p, g in zip(params, grads, strict=True))
-                if any(map(_is_sparse, grads)):
+                if any(tree_math.attributes("is_sparse", grads)):
                     names = group.get("param_names") or [
                         f"parameter {i} of group {index}" for i in range(len(params))]
                     grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
 import optree
@@ -38,14 +38,20 @@ ScalarOrLeaves = Union[Scalar, Sequence[torch.Tensor]]
 
 NONE_IS_LEAF = False
 NAMESPACE = "optax_compat"  # sees global registrations too, plus our private node types
-
-# Per-leaf attributes read in one C-level pass (``map``) by the checks of the hot paths.
-_dtype = operator.attrgetter("dtype")
-_ndim = operator.attrgetter("ndim")
-_requires_grad = operator.attrgetter("requires_grad")
-_is_cpu = operator.attrgetter("is_cpu")
 _PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 _OWN_PRECISION_DTYPES = frozenset({torch.float32, torch.float64})
+# ``dtype.to_real()``, which Dynamo cannot trace.
+_REAL_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float32,
+                    torch.complex128: torch.float64}
+
+
+def attributes(name: str, xs: Iterable[Any]) -> list[Any]:
+    """``[getattr(x, name) for x in xs]``: one C-level pass in eager mode (the per-step checks
+    over many leaves cost a Python call each otherwise), a loop Dynamo traces under
+    ``torch.compile`` (it cannot call ``operator.attrgetter``)."""
+    if torch.compiler.is_compiling():
+        return [getattr(x, name) for x in xs]
+    return list(map(operator.attrgetter(name), xs))
 
 
 def check_is_tree(tree: Any) -> None:
@@ -190,7 +196,7 @@ def _operand(scalar: ScalarOrLeaves, xs: Leaves, tensor_scalar: bool = False) ->
     """
     if not isinstance(scalar, torch.Tensor):
         return _cpu_tensor_scalar(scalar, xs) if tensor_scalar else scalar
-    if 0 in map(_ndim, xs) and any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
+    if 0 in attributes("ndim", xs) and any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
         return [scalar.to(x.dtype) for x in xs]
     if scalar.requires_grad or not tensor_scalar:
         return [scalar] * len(xs)
@@ -210,8 +216,8 @@ def _cpu_tensor_scalar(scalar: Any, xs: Leaves) -> Any:
     if (type(scalar) not in (float, int) or torch.compiler.is_compiling()
             or set(map(type, xs)) - _PLAIN_TENSOR_TYPES):
         return scalar
-    dtypes = set(map(_dtype, xs))
-    if len(dtypes) != 1 or not dtypes <= _OWN_PRECISION_DTYPES or not all(map(_is_cpu, xs)):
+    dtypes = set(attributes("dtype", xs))
+    if len(dtypes) != 1 or not dtypes <= _OWN_PRECISION_DTYPES or not all(attributes("is_cpu", xs)):
         return scalar
     return torch.tensor(scalar, dtype=xs[0].dtype)
 
@@ -421,7 +427,7 @@ def widest_real_dtype(xs: Leaves) -> torch.dtype:
     Float32 when all leaves are narrower; JAX's default float when there is no floating leaf
     (an empty group: what JAX computes in without any operand).
     """
-    reals = [dtype.to_real() for dtype in set(map(_dtype, xs))
+    reals = [_REAL_OF_COMPLEX.get(dtype, dtype) for dtype in set(attributes("dtype", xs))
              if dtype.is_floating_point or dtype.is_complex]
     if not reals:
         return default_float()
@@ -546,7 +552,7 @@ def is_recording(*groups: Any) -> bool:
         if isinstance(group, torch.Tensor):
             if group.requires_grad:
                 return True
-        elif isinstance(group, (list, tuple)) and any(map(_requires_grad, group)):
+        elif isinstance(group, (list, tuple)) and any(attributes("requires_grad", group)):
             return True
     return False
 
@@ -560,7 +566,7 @@ def scalar_like(value: Scalar, xs: Leaves) -> ScalarOrLeaves:
     """
     if not isinstance(value, torch.Tensor) or not xs:
         return value
-    if len(set(map(_dtype, xs))) == 1:
+    if len(set(attributes("dtype", xs))) == 1:
         return value.to(xs[0].dtype)
     return [value.to(x.dtype) for x in xs]
 
