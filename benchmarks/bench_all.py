@@ -364,6 +364,7 @@ class Results:
         self.parameters: dict[str, int] = {}
         self.bandwidth: dict[str, float] = {}
         self.rows: dict[tuple[str, str], dict[str, Any]] = {}
+        self.done: list[tuple[str, str]] = []  # the rows measured to the end, in order
 
     def row(self, size: str, name: str) -> dict[str, Any]:
         return self.rows.setdefault((size, name), {"cells": {}, "times": {}, "limit": None})
@@ -543,7 +544,8 @@ def plot(results: Results, path: str) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    names = list(dict.fromkeys(name for (_, name), row in results.rows.items() if row["times"]))
+    names = list(dict.fromkeys(name for size, name in results.done
+                               if results.rows[size, name]["times"]))
     if not names:
         return
     labels = [*IMPLEMENTATIONS, "streaming limit"]
@@ -554,7 +556,7 @@ def plot(results: Results, path: str) -> None:
     figure, axes = plt.subplots(rows, columns, squeeze=False,
                                 figsize=(max(3.2 * columns, 9), 2.6 * rows + 0.4))
     for axis, name in zip(axes.flat, names):
-        sizes = sorted((size for size, other in results.rows
+        sizes = sorted((size for size, other in results.done
                         if other == name and results.rows[size, other]["times"]),
                        key=lambda size: (results.parameters[size], size))
         series = {label: [(results.parameters[size], results.rows[size, name]["times"][label][0])
@@ -634,6 +636,7 @@ def main() -> None:
 
     def on_row(size: str, name: str) -> None:
         with lock:
+            results.done.append((size, name))
             print(line(results.time_row(size, name)), flush=True)
             if args.markdown:  # rewritten at every row: an interrupted run keeps its rows
                 save_markdown(args.markdown, results)
@@ -661,7 +664,7 @@ def main() -> None:
             if plot_path:
                 plot(results, plot_path)
     print("\npeak memory per step (MB above the step's start) and compile seconds")
-    for row in [results.memory_columns(), *(results.memory_row(*key) for key in results.rows)]:
+    for row in [results.memory_columns(), *(results.memory_row(*key) for key in results.done)]:
         print("  ".join(row))
     for error in results.errors():
         print("error:", error)
@@ -673,7 +676,7 @@ def save_markdown(path: str, results: Results) -> None:
     bandwidths = ", ".join(f"({size}) {results.parameters[size]:,} parameters, "
                            f"{results.bandwidth[size] / 1e9:.1f} GB/s"
                            for size in results.bandwidth)
-    keys = sorted(results.rows, key=lambda key: (key[0], OPTIMIZERS.index(key[1])))
+    keys = sorted(results.done, key=lambda key: (key[0], OPTIMIZERS.index(key[1])))
     budget = f"{results.budget:g}"
     write_markdown(
         path, results.time_columns(), [results.time_row(*key) for key in keys],
