@@ -31,6 +31,11 @@ Optax quirks that the fuzzer steps around, each for a reason:
   ``apply_if_finite``, ``MultiSteps``, ``conditionally_*``: a state that changes dtype at
   ``update``, ``mu_dtype`` narrower than the gradients without a cast back; updates shaped
   unlike the gradients, ``(1,)`` for a 0-d leaf), where this package returns updates.
+* GaLore's values are not compared (outcome, state classes and dtypes are): singular
+  vectors are defined up to sign, and torch's LAPACK (MKL) and jaxlib's (OpenBLAS) pick
+  different signs and roundings; ``test_contrib_galore.py`` compares them up to sign.
+* Hyper-parameters below float32's smallest normal number are drawn as 0: XLA flushes such
+  subnormal values to zero, PyTorch on CPU computes with them.
 * ``KNOWN_OPTAX_QUIRKS`` below: programs on which Optax itself fails where this package returns
   updates (an empty tree reaching ``scale_by_muon``/GaLore/Sophia, whose Optax code indexes a
   tree it assumes non-empty). Both sides still run; only the "Optax raised" outcome is accepted.
@@ -159,14 +164,17 @@ def _compare(ours_trace, theirs_trace, program):
         assert state_signature(ours_state) == state_signature(theirs_state), where
         ours_leaves, theirs_leaves = _without_keys(ours_state, theirs_state)
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
-        testing.assert_trees_all_close(ours_leaves, [np.asarray(x) for x in theirs_leaves],
-                                       what=f"{where}: state")
+        values = not any("galore" in c.name for c in _configs(program.config))
+        if values:
+            testing.assert_trees_all_close(ours_leaves, [np.asarray(x) for x in theirs_leaves],
+                                           what=f"{where}: state")
         if ours[0] == "step":
             for position, what in ((1, "updates"), (2, "params")):
                 assert (_dtype_names(ours[position], True)
                         == _dtype_names(theirs[position], False)), f"{where}: {what} dtypes"
-                testing.assert_trees_all_close(ours[position], theirs[position],
-                                               what=f"{where}: {what}")
+                if values:
+                    testing.assert_trees_all_close(ours[position], theirs[position],
+                                                   what=f"{where}: {what}")
     assert len(ours_trace) == len(theirs_trace), f"{program!r}: {ours_trace[-1]!r}"
 
 
