@@ -65,6 +65,15 @@ def _has_none(leaves: list[Any]) -> bool:
     return any(map(operator.is_, leaves, itertools.repeat(None)))
 
 
+def _leaf_like(entry: Any) -> bool:
+    """Whether ``entry`` can stand where a gradient is ``None``: a tensor, ``None`` or a
+    ``MaskedNode`` (not a transformation's state, e.g. a chain's states in a tuple as long as
+    the gradients)."""
+    from optax_compat.transforms._masking import MaskedNode  # imports the building blocks
+
+    return entry is None or isinstance(entry, (torch.Tensor, MaskedNode))
+
+
 class Pruning:
     """Where the updates are ``None``, and how to hide those positions from a transformation.
 
@@ -93,7 +102,8 @@ class Pruning:
             entries = self.spec.flatten_up_to(node)
         except (ValueError, TypeError):
             return None
-        if all(isinstance(e, torch.Tensor) for e, p in zip(entries, self.present) if p):
+        if all(isinstance(e, torch.Tensor) if p else _leaf_like(e)
+               for e, p in zip(entries, self.present)):
             return entries
         return None
 
