@@ -36,6 +36,9 @@ Optax quirks that the fuzzer steps around, each for a reason:
   different signs and roundings; ``test_contrib_galore.py`` compares them up to sign.
 * Hyper-parameters below float32's smallest normal number are drawn as 0: XLA flushes such
   subnormal values to zero, PyTorch on CPU computes with them.
+* A state leaf that is NaN here where Optax's is infinite is accepted: the Adam engine's fused
+  kernel forms the first moment with a ``lerp`` (documented in ``adam_engine``; the updates and
+  params, NaN in both from the infinite gradient on, are compared as usual).
 * ``KNOWN_OPTAX_QUIRKS`` below: programs on which Optax itself fails where this package returns
   updates (an empty tree reaching ``scale_by_muon``/GaLore/Sophia, whose Optax code indexes a
   tree it assumes non-empty). Both sides still run; only the "Optax raised" outcome is accepted.
@@ -150,6 +153,14 @@ def _run(program, lib):
     return trace
 
 
+def _kernel_moments(ours_leaves, theirs_leaves):
+    """Optax's state leaves as arrays, NaN where Optax's are infinite and ours NaN: the Adam
+    engine's fused kernel (a ``lerp``) documents that first moment (see the module docstring)."""
+    return [np.where(np.isinf(theirs) & torch.isnan(ours).numpy(), np.nan, theirs)
+            if isinstance(ours, torch.Tensor) and ours.is_floating_point() else theirs
+            for ours, theirs in ((a, np.asarray(b)) for a, b in zip(ours_leaves, theirs_leaves))]
+
+
 def _compare(ours_trace, theirs_trace, program):
     for index, (ours, theirs) in enumerate(zip(ours_trace, theirs_trace)):
         where = f"{program!r}\nat entry {index} ({ours[0]} vs Optax's {theirs[0]})"
@@ -166,7 +177,7 @@ def _compare(ours_trace, theirs_trace, program):
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
         values = not any("galore" in c.name for c in _configs(program.config))
         if values:
-            testing.assert_trees_all_close(ours_leaves, [np.asarray(x) for x in theirs_leaves],
+            testing.assert_trees_all_close(ours_leaves, _kernel_moments(ours_leaves, theirs_leaves),
                                            what=f"{where}: state")
         if ours[0] == "step":
             for position, what in ((1, "updates"), (2, "params")):
