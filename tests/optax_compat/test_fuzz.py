@@ -4,10 +4,7 @@ Programs come from ``optax_compat.testing.strategies.programs`` (aliases, transf
 and combinators). Each runs ``init`` and three ``update`` + ``apply_updates`` steps in both
 libraries, float32 programs with JAX's x64 and ``optax_compat.config`` off, float64 programs
 with both on, and must agree on: raised or not, updates, params, state leaves (values and
-dtypes) and state NamedTuple class names. Optax runs op by op, its ``lax.cond`` branches too
-(``jax.disable_jit``): compiled, XLA fuses a branch (``nu - mu**2`` of a centred RMS becomes a
-multiply-add, a float32 schedule rounds differently), so Optax's own numbers there differ from
-its op-by-op ones, and each cond would be compiled anew at every call.
+dtypes) and state NamedTuple class names.
 
 Budget: 300 programs in CI (the ``ci`` profile, derandomized: the same programs every run).
 Under the exploring ``long`` profile (``tests/conftest.py``) it runs 5,000 programs (2,500 per
@@ -23,15 +20,25 @@ Optax quirks that the fuzzer steps around, each for a reason:
 
 * float64 dtype arguments (``mu_dtype=float64``) in float32 programs are not drawn: JAX without
   x64 silently makes such buffers float32, PyTorch honours float64 in either mode (deliberate).
+* centred RMS (``scale_by_stddev``, ``rmsprop(centered=True)``) with ``decay < 0.5`` is not
+  drawn: its variance ``nu - mu**2`` cancels (exactly 0 at the first step with ``decay=0``), and
+  in compiled JAX code (the ``lax.cond`` of ``apply_if_finite``, ``MultiSteps``, or ``jit``)
+  XLA fuses it into a multiply-add that returns the rounding error of ``g**2`` instead, so
+  Optax's own numbers differ by up to 2e-4 between op-by-op and compiled runs.
 * GaLore gets no infinite gradients: JAX's CPU SVD does not return on some matrices with an
   infinite entry (a 3 x 3 one), so Optax hangs (NaN gradients are drawn: both give NaN).
-* Optax raising, its ``lax.cond`` compiled, because the branches' types differ (in
+* Optax raising because the branches of its ``lax.cond`` differ in type (in
   ``apply_if_finite``, ``MultiSteps``, ``conditionally_*``: a state that changes dtype at
   ``update``, ``mu_dtype`` narrower than the gradients without a cast back; updates shaped
-  unlike the gradients, ``(1,)`` for a 0-d leaf). Op by op (as the fuzzer runs Optax) the
-  branch taken goes through, and this package returns updates too, though not always the same
-  dtypes or shapes. A program that fails the comparison is accepted when compiled Optax raises
-  that error.
+  unlike the gradients, ``(1,)`` for a 0-d leaf), where this package returns updates.
+* GaLore's values are not compared (outcome, state classes and dtypes are): singular
+  vectors are defined up to sign, and torch's LAPACK (MKL) and jaxlib's (OpenBLAS) pick
+  different signs and roundings; ``test_contrib_galore.py`` compares them up to sign.
+* Hyper-parameters below float32's smallest normal number are drawn as 0: XLA flushes such
+  subnormal values to zero, PyTorch on CPU computes with them.
+* A state leaf that is NaN here where Optax's is infinite is accepted: the Adam engine's fused
+  kernel forms the first moment with a ``lerp`` (documented in ``adam_engine``; the updates and
+  params, NaN in both from the infinite gradient on, are compared as usual).
 * ``KNOWN_OPTAX_QUIRKS`` below: programs on which Optax itself fails where this package returns
   updates (an empty tree reaching ``scale_by_muon``/GaLore/Sophia, whose Optax code indexes a
   tree it assumes non-empty). Both sides still run; only the "Optax raised" outcome is accepted.
@@ -39,7 +46,6 @@ Optax quirks that the fuzzer steps around, each for a reason:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 
@@ -90,6 +96,16 @@ def _configs(value):
             yield from _configs(item)
 
 
+def _cancelling_centred_variance(config) -> bool:
+    """Whether a centred RMS with ``decay < 0.5`` is in ``config`` (see the module docstring)."""
+    def name(c):  # inject_hyperparams(rmsprop)(...) holds rmsprop's arguments
+        return c.args[0] if c.name == "inject_hyperparams" else c.name
+
+    return any((name(c) == "scale_by_stddev"
+                or (name(c) == "rmsprop" and c.kwargs.get("centered", False)))
+               and c.kwargs.get("decay", 0.9) < 0.5 for c in _configs(config))
+
+
 def _jax_svd_may_hang(program) -> bool:
     """Whether GaLore meets an infinite gradient (see the module docstring)."""
     return (any("galore" in c.name for c in _configs(program.config))
@@ -116,20 +132,9 @@ def _without_keys(ours, theirs):
     return [a for a, _ in kept], [b for _, b in kept]
 
 
-def _run(program, lib, compiled_conds=False):
-    """``[("init", state), ("step", updates, params, state), ...]`` or the exception raised.
-
-    Optax runs op by op, also inside its ``lax.cond`` (``jax.disable_jit``) unless
-    ``compiled_conds``: compiled, a cond's branch is fused by XLA, whose float32 rounding then
-    differs from Optax's op-by-op numbers (by an ulp, or more where a result cancels), and is
-    compiled anew at every call.
-    """
+def _run(program, lib):
+    """``[("init", state), ("step", updates, params, state), ...]`` or the exception raised."""
     torch_side = lib is ox
-    with contextlib.nullcontext() if torch_side or compiled_conds else jax.disable_jit():
-        return _run_steps(program, lib, torch_side)
-
-
-def _run_steps(program, lib, torch_side):
     params = program.params if torch_side else _to_jax(program.params)
     if program.lookahead:
         params = lib.LookaheadParams.init_synced(params)
@@ -148,11 +153,20 @@ def _run_steps(program, lib, torch_side):
     return trace
 
 
+def _kernel_moments(ours_leaves, theirs_leaves):
+    """Optax's state leaves as arrays, NaN where Optax's are infinite and ours NaN: the Adam
+    engine's fused kernel (a ``lerp``) documents that first moment (see the module docstring)."""
+    return [np.where(np.isinf(theirs) & torch.isnan(ours).numpy(), np.nan, theirs)
+            if isinstance(ours, torch.Tensor) and ours.is_floating_point() else theirs
+            for ours, theirs in ((a, np.asarray(b)) for a, b in zip(ours_leaves, theirs_leaves))]
+
+
 def _compare(ours_trace, theirs_trace, program):
     for index, (ours, theirs) in enumerate(zip(ours_trace, theirs_trace)):
         where = f"{program!r}\nat entry {index} ({ours[0]} vs Optax's {theirs[0]})"
         if theirs[0] == "raised" and ours[0] != "raised":
-            if any(name in repr(program.config) for name in KNOWN_OPTAX_QUIRKS):
+            if (any(name in repr(program.config) for name in KNOWN_OPTAX_QUIRKS)
+                    or "cond branches must have equal" in str(theirs[-1])):
                 return
         assert ours[0] == theirs[0], f"{where}: {ours[-1]!r} / {theirs[-1]!r}"
         if ours[0] == "raised":
@@ -161,14 +175,17 @@ def _compare(ours_trace, theirs_trace, program):
         assert state_signature(ours_state) == state_signature(theirs_state), where
         ours_leaves, theirs_leaves = _without_keys(ours_state, theirs_state)
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
-        testing.assert_trees_all_close(ours_leaves, [np.asarray(x) for x in theirs_leaves],
-                                       what=f"{where}: state")
+        values = not any("galore" in c.name for c in _configs(program.config))
+        if values:
+            testing.assert_trees_all_close(ours_leaves, _kernel_moments(ours_leaves, theirs_leaves),
+                                           what=f"{where}: state")
         if ours[0] == "step":
             for position, what in ((1, "updates"), (2, "params")):
                 assert (_dtype_names(ours[position], True)
                         == _dtype_names(theirs[position], False)), f"{where}: {what} dtypes"
-                testing.assert_trees_all_close(ours[position], theirs[position],
-                                               what=f"{where}: {what}")
+                if values:
+                    testing.assert_trees_all_close(ours[position], theirs[position],
+                                                   what=f"{where}: {what}")
     assert len(ours_trace) == len(theirs_trace), f"{program!r}: {ours_trace[-1]!r}"
 
 
@@ -176,18 +193,7 @@ def _check(program, dtype):
     x64 = dtype == torch.float64
     with warnings.catch_warnings(), jax.enable_x64(x64), ox.config.enable_x64(x64):
         warnings.simplefilter("ignore")
-        ours = _run(program, ox)
-        try:
-            _compare(ours, _run(program, optax), program)
-        except AssertionError:
-            if not _optax_cond_branches_disagree(program):
-                raise
-
-
-def _optax_cond_branches_disagree(program) -> bool:
-    """Whether Optax, its ``lax.cond`` compiled, raises because the branches' types differ."""
-    trace = _run(program, optax, compiled_conds=True)
-    return trace[-1][0] == "raised" and "cond branches must have equal" in str(trace[-1][1])
+        _compare(_run(program, ox), _run(program, optax), program)
 
 
 @FUZZ
@@ -196,6 +202,7 @@ def test_float32_programs_with_x64_off_match_optax(program):
     # A deliberate difference: JAX without x64 silently makes a requested float64 buffer
     # float32; PyTorch honours float64 in either mode.
     assume("torch.float64" not in repr(program.config))
+    assume(not _cancelling_centred_variance(program.config))
     assume(not _jax_svd_may_hang(program))
     _check(program, torch.float32)
 
@@ -203,6 +210,7 @@ def test_float32_programs_with_x64_off_match_optax(program):
 @FUZZ
 @given(program=strategies.programs(dtype=torch.float64))
 def test_float64_programs_with_x64_on_match_optax(program):
+    assume(not _cancelling_centred_variance(program.config))
     assume(not _jax_svd_may_hang(program))
     _check(program, torch.float64)
 

@@ -203,6 +203,22 @@ def test_every_gradient_none_advances_only_the_counter():
     assert ox.apply_updates(params, updates)["a"] is params["a"]
 
 
+
+@pytest.mark.parametrize("build", [lambda m: m.chain(m.adam(0.1)),
+                                   lambda m: m.chain(m.chain(m.sgd(0.1), m.adam(0.1)))],
+                         ids=["chain", "nested_chain"])
+def test_a_state_tuple_shaped_like_the_gradients_is_not_pruned(build):
+    """A chain's state tuple as long as a tuple of ``None`` gradients is not mistaken for a
+    per-parameter tree (Optax returns ``None`` updates)."""
+    import optax
+
+    params = (None,)
+    tx, their_tx = build(ox), build(optax)
+    updates, state = tx.update((None,), tx.init(params), params)
+    their_updates, their_state = their_tx.update((None,), their_tx.init(params), params)
+    assert updates == their_updates == (None,)
+    assert testing.state_signature(state) == testing.state_signature(their_state)
+
 def test_none_in_place_of_a_whole_subtree_is_a_structure_error():
     params = {"layer": {"w": torch.ones(2), "b": torch.ones(1)}, "head": torch.ones(1)}
     with pytest.raises(ValueError, match="structure of updates"):
