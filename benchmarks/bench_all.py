@@ -14,9 +14,10 @@ otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line sear
 * ``ours pure``: ``update`` then ``apply_updates`` (new tensors every step);
 * ``ours in-place``: ``optax_compat.inplace_step(tx)`` where the alias has one (Adam, AdamW),
   else ``update(..., inplace=True)`` then an in-place add where the alias declares ``inplace``;
-* ``ours fused``: ``optax_compat.fused_step(tx, params)`` when optax_compat has it, a dash when it
-  does not or when it refuses the transformation (``ValueError``); its compile seconds are
-  reported;
+* ``ours fused``: ``optax_compat.fused_step(tx, params)``, the gradients already in its flat
+  gradient buffer (as ``grads_as_views=True`` leaves them; torch.optim finds them in ``.grad``);
+  a dash when optax_compat lacks it or refuses the transformation (``ValueError``); its
+  compile seconds are reported;
 * ``torch foreach`` / ``torch fused``: ``torch.optim``'s class for the algorithm with
   ``foreach=True`` / ``fused=True``, where it has one (Muon, which has a single
   implementation, in the foreach column). Only Adam, AdamW and SGD compute Optax's numbers;
@@ -176,11 +177,14 @@ class FusedStep:
 
     def __init__(self, name: str, shapes: Shapes) -> None:
         params = random_tensors(shapes, 0)
-        self.grads = random_tensors(shapes, 1)
         self.step = optax_compat.fused_step(make(optax_compat, name), params)
+        # The gradients sit in the flat gradient buffer, as backward leaves them with
+        # ``grads_as_views=True`` (torch.optim's steps likewise find them in ``.grad``).
+        optax_compat.tree_utils.tree_map(torch.Tensor.copy_, self.step.grads,
+                                         random_tensors(shapes, 1))
 
     def __call__(self) -> None:
-        self.step(self.grads)
+        self.step(self.step.grads)
 
     @property
     def compile_seconds(self) -> float:
