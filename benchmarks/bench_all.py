@@ -180,8 +180,8 @@ class FusedStep:
         self.step = optax_compat.fused_step(make(optax_compat, name), params)
         # The gradients sit in the flat gradient buffer, as backward leaves them with
         # ``grads_as_views=True`` (torch.optim's steps likewise find them in ``.grad``).
-        optax_compat.tree_utils.tree_map(torch.Tensor.copy_, self.step.grads,
-                                         random_tensors(shapes, 1))
+        for view, grad in zip(self.step.grads, random_tensors(shapes, 1), strict=True):
+            view.copy_(grad)
 
     def __call__(self) -> None:
         self.step(self.step.grads)
