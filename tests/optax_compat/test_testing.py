@@ -585,7 +585,7 @@ def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
 def test_schedule_free_b1_is_drawn_away_from_zero(name):
     with pytest.raises(NoSuchExample):
         find(hyperparameters(name), lambda kwargs: kwargs.get("b1", 0.9) < 0.1,
-             settings=settings(max_examples=300, database=None, derandomize=True))
+             settings=settings(max_examples=100, database=None, derandomize=True))
 
 
 def test_transforms_shrink_to_a_readable_chain():
