@@ -42,6 +42,7 @@ from optax_compat.testing.strategies import (
     hyperparameters,
     matching_trees,
     params_and_grads,
+    programs,
     pytrees,
     record_type,
     schedule_names,
@@ -585,7 +586,13 @@ def test_drawn_transforms_match_optax_and_print_as_code(drawn, problem):
 def test_schedule_free_b1_is_drawn_away_from_zero(name):
     with pytest.raises(NoSuchExample):
         find(hyperparameters(name), lambda kwargs: kwargs.get("b1", 0.9) < 0.1,
-             settings=settings(max_examples=300, database=None, derandomize=True))
+             settings=settings(max_examples=100, database=None, derandomize=True))
+
+
+@settings(max_examples=40)
+@given(programs(dtype=torch.float64, names=("contrib.schedule_free_sgd",)))
+def test_programs_of_names_without_an_injectable_one_draw_no_inject_hyperparams(program):
+    assert "inject_hyperparams" not in repr(program.config)
 
 
 def test_transforms_shrink_to_a_readable_chain():
