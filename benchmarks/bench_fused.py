@@ -49,6 +49,7 @@ from bench_step import (  # noqa: E402
     LEARNING_RATE,
     MOMENTUM,
     WEIGHT_DECAY,
+    jitted_step,
     median_times,
     ours_inplace,
     random_tensors,
@@ -97,26 +98,9 @@ def torch_optim(name: str, shapes: list[tuple[int, int]], implementation: str) -
 
 
 def optax_jit(name: str, shapes: list[tuple[int, int]]) -> Step:
-    import jax
-    import jax.numpy as jnp
     import optax
 
-    params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
-    grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
-    tx = OPTIMIZERS[name][0](optax)
-
-    @jax.jit
-    def jitted(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
-        updates, state = tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
-
-    current = {"params": params, "state": tx.init(params)}
-
-    def step() -> None:
-        current["params"], current["state"] = jitted(current["params"], current["state"], grads)
-        jax.block_until_ready(current["params"])
-
-    return step
+    return jitted_step(OPTIMIZERS[name][0](optax), shapes)
 
 
 def copy_step(total: int) -> Step:
