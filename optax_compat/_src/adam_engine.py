@@ -23,8 +23,8 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
   (params and moments written). It reads its inputs as packed memory, so grads are made
   contiguous (a copy only when they are not), buffers it writes in place must be contiguous,
   and each grad must have its moments' shape (it checks sizes, not shapes; other shapes take
-  the foreach path, which broadcasts as Optax does or raises); CPU or CUDA, float32 or
-  float64, one dtype, eager mode, ``eps_root == 0``.
+  the foreach path, which broadcasts as Optax does or raises); all on the CPU or all on CUDA,
+  float32 or float64, one dtype, eager mode, ``eps_root == 0``.
 
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
 an infinite moment into NaN at the next finite gradient), except inside the fused kernel, whose
@@ -180,9 +180,9 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
     # rate and step counts; the foreach path runs on DTensors.
     if (set(map(type, gs)) != {torch.Tensor} or set(tm.attributes("layout", gs)) != {torch.strided}
-            or not (all(tm.attributes("is_cpu", gs)) or all(g.is_cpu or g.is_cuda for g in gs))):
+            or not (all(tm.attributes("is_cpu", gs)) or all(tm.attributes("is_cuda", gs)))):
         return False
-    if tm.attributes("shape", gs) != tm.attributes("shape", mus):
+    if not all(map(torch.Tensor.is_same_size, gs, mus)):
         return False  # broadcastable grads take the foreach path
     # Buffers written in place are read by the kernel as packed memory.
     return (mode != "apply" or params is None
@@ -310,10 +310,11 @@ def _packed_copies(xs: tm.Leaves) -> tm.Leaves:
 
 
 def _by_device(*lists: tm.Leaves) -> Iterator[tuple[torch.device, tuple[tm.Leaves, ...]]]:
-    """``lists`` (aligned lists of leaves) split by the device of their first list's leaves:
-    one kernel launch per device, the lists as they are when every leaf is on the CPU."""
+    """``lists`` (aligned lists of leaves, all on the CPU or all on CUDA devices, as
+    :func:`plan` requires for the kernel) split by the device of their first list's leaves:
+    one kernel launch per device, the lists as they are on the CPU."""
     first = lists[0]
-    if all(tm.attributes("is_cpu", first)):
+    if first[0].is_cpu:
         yield first[0].device, lists
         return
     groups: dict[torch.device, list[int]] = {}

@@ -56,8 +56,9 @@ class _Entry:
 
     ``kind`` says where its value lives: in ``state[p][key]`` of each parameter (per-parameter
     buffers; ``fill`` gives the non-tensor entries such as ``MaskedNode`` of masked-out
-    parameters), in ``state[p][key]`` of every parameter alike (shared tensors), in the group
-    under ``key`` (``component`` of a pair such as ``'betas'``), or in ``value`` (non-tensors).
+    parameters, ``None`` where every entry is a tensor), in ``state[p][key]`` of every parameter
+    alike (shared tensors), in the group under ``key`` (``component`` of a pair such as
+    ``'betas'``), or in ``value`` (non-tensors).
     """
 
     kind: int
@@ -143,7 +144,8 @@ def _layout(state: base.OptState, size: int) -> _Layout:
             entries.append(_Entry(_HYPERPARAMETER, group_key, component=component))
         elif isinstance(node, tuple):
             fill = tuple(None if isinstance(x, torch.Tensor) else x for x in node)
-            entries.append(_Entry(_PER_PARAMETER, key, fill=fill))
+            entries.append(_Entry(_PER_PARAMETER, key,
+                                  fill=None if fill == (None,) * len(fill) else fill))
         elif isinstance(node, torch.Tensor):
             entries.append(_Entry(_SHARED, key))
         else:
@@ -301,8 +303,10 @@ class TorchOptimizer(torch.optim.Optimizer):
             nodes = []
             for entry in layout.entries:
                 if entry.kind is _PER_PARAMETER:
-                    buffers = [state[entry.key] if fill is None else fill
-                               for state, fill in zip(states, entry.fill, strict=True)]
+                    buffers = (list(map(operator.itemgetter(entry.key), states))
+                               if entry.fill is None else
+                               [state[entry.key] if fill is None else fill
+                                for state, fill in zip(states, entry.fill, strict=True)])
                     if copies:
                         buffers = [b.clone() if copy and isinstance(b, torch.Tensor) else b
                                    for b, copy in zip(buffers, copies, strict=True)]
@@ -334,7 +338,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise RuntimeError(f"The transformation changed the structure of its state, from "
                                f"{layout.treespec} to {treespec}.")
         if states is None:
-            states = [self.state[p] for p in params]
+            states = list(map(self.state.__getitem__, params))
         unchanged = (map(operator.is_, nodes, gathered) if gathered is not None
                      else itertools.repeat(False))
         for entry, node, same in zip(layout.entries, nodes, unchanged):
@@ -404,7 +408,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                                                         strict=True)):
                 params = tuple(group["params"])
                 grads = tuple(tree_math.attributes("grad", params))
-                stepped = [grad is not None for grad in grads]
+                stepped = list(map(operator.is_not, grads, itertools.repeat(None)))
                 if not any(stepped):
                     continue
                 if not all(stepped):
@@ -416,7 +420,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                     grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
                                   else grad for grad, name in zip(grads, names, strict=True))
                 copies = [not flag for flag in stepped] if self.inplace else None
-                states = [self.state[p] for p in params]
+                states = list(map(self.state.__getitem__, params))
                 gathered = self._gather(group, layout, states,
                                         copies if copies and any(copies) else None)
                 state = self._apply(group, params, grads, layout.treespec.unflatten(gathered),

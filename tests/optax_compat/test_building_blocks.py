@@ -69,3 +69,60 @@ def test_tree_math_scales_by_a_python_number_as_torch_does(dtype, scalar):
         for got, expected in zip(ours, reference, strict=True):
             assert got.dtype == expected.dtype
             assert torch.equal(got.reshape(-1).view(bits), expected.reshape(-1).view(bits))
+
+
+_TENSOR = torch.zeros(1)
+
+
+@pytest.mark.parametrize("tree", [
+    [_TENSOR, torch.ones(2)],
+    (torch.nn.Parameter(torch.ones(2)), _TENSOR, torch.ones(3)),
+    {"b": _TENSOR, "a": torch.ones(2), "c": torch.ones(3)},
+    {2: _TENSOR, 1: torch.ones(2)},
+    {(1, 2): _TENSOR, (0, 3): torch.ones(2)},
+    {"w": _TENSOR, 1: torch.ones(2)},  # keys optree cannot sort: insertion order
+    [_TENSOR],  # one leaf, and the trees below, take optree's own path
+    {"w": _TENSOR, "b": None},
+    [_TENSOR, 1.0],
+    {"w": [_TENSOR, _TENSOR], "b": _TENSOR},
+])
+def test_flatten_matches_optree_leaf_for_leaf(tree):
+    import optree
+
+    leaves, spec = tm.flatten(tree)
+    expected_leaves, expected_spec = optree.tree_flatten(tree, namespace=tm.NAMESPACE)
+    assert spec == expected_spec
+    assert len(leaves) == len(expected_leaves)
+    assert all(a is b for a, b in zip(leaves, expected_leaves))
+    assert tm.treespec(tree) == expected_spec
+    assert tm.treespec(tm.unflatten(spec, leaves)) == expected_spec
+
+
+def test_flatten_reuses_the_checked_flattening_of_that_tree_only():
+    tree = {"a": torch.ones(2), "b": torch.zeros(2)}
+    other = dict(tree)
+    sentinel = [torch.full((2,), 7.0), torch.full((2,), 8.0)]
+    with tm.reusing(tree, sentinel, tm.treespec(tree)):
+        leaves, _ = tm.flatten(tree)
+        assert leaves == sentinel and leaves is not sentinel  # a copy the caller may modify
+        assert tm.flatten(other)[0][0] is tree["a"]
+    assert tm.flatten(tree)[0][0] is tree["a"]
+
+
+def test_an_update_flattens_its_updates_once(monkeypatch):
+    import optree
+
+    params = {"a": torch.ones(3), "b": torch.zeros(3), "c": [torch.ones(1), torch.ones(1)]}
+    tx = optax.scale_by_adam()
+    state = tx.init(params)
+    calls = []
+    flatten = optree.tree_flatten
+
+    def counting(tree, *args, **kwargs):
+        calls.append(tree)
+        return flatten(tree, *args, **kwargs)
+
+    grads = {"a": torch.ones(3), "b": torch.ones(3), "c": [torch.ones(1), torch.ones(1)]}
+    monkeypatch.setattr(optree, "tree_flatten", counting)
+    tx.update(grads, state, params)
+    assert sum(tree is grads for tree in calls) == 1

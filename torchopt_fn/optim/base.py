@@ -115,7 +115,8 @@ class Optimizer(TorchOptimizer):
         fused_step = self._step_functions(group)[1]
         if fused_step is None:
             return super()._apply(group, params, grads, state, stepped, extra_args)
-        kept = [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag]
+        kept = ([] if all(stepped) else
+                [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag])
         state = fused_step(params, grads, state)
         for p, value in kept:
             p.copy_(value)

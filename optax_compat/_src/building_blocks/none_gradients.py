@@ -21,8 +21,10 @@ without code of its own. When the incoming updates hold ``None`` leaves, the wra
    Optax's empty subtree, so the transformation sees a consistent smaller tree;
 3. runs the transformation, then puts the old leaves back at those positions of the new state.
 
-Without ``None`` leaves the cost is one flattening of ``updates`` by the outermost transformation
-of a call; the transformations it calls skip the check. A ``None`` stands for one tensor leaf: a
+Without ``None`` leaves the check costs nothing beyond one flattening of ``updates`` by the
+outermost transformation of a call, which the transformation it runs reuses
+(:func:`tree_math.reusing`); whether a structure holds ``None`` is computed once per structure,
+and the transformations it calls skip the check. A ``None`` stands for one tensor leaf: a
 ``None`` in place of a whole subtree of parameters is a structure mismatch, as in Optax.
 
 The same entry names a leaf whose shape differs from its parameter's or its state's: when torch
@@ -39,7 +41,7 @@ import functools
 import itertools
 import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import optree
@@ -172,6 +174,54 @@ def pruning(updates: Any) -> Pruning | None:
     return Pruning(updates, leaves, spec) if _has_none(leaves) else None
 
 
+@contextlib.contextmanager
+def _checked(updates: Any) -> Iterator[Pruning | None]:
+    """Checks ``updates`` for ``None`` leaves, yielding a :class:`Pruning` if it has some.
+
+    Without ``None`` the block runs with the check's flattening reused by the transformation
+    (:func:`tree_math.reusing`) and the nested transformations' checks skipped.
+    """
+    if _SCOPE.checked:
+        yield None
+        return
+    if torch.compiler.is_compiling():
+        yield pruning(updates)
+        return
+    leaves, spec = tm.flatten(updates)
+    if _holds_none(spec):
+        yield Pruning(updates, *_flatten(updates))
+        return
+    _SCOPE.checked = True
+    try:
+        with tm.reusing(updates, leaves, spec):
+            yield None
+    finally:
+        _SCOPE.checked = False
+
+
+def _holds_none(spec: optree.PyTreeSpec) -> bool:
+    """Whether a structure (``None`` an empty subtree) has a ``None`` node."""
+    try:
+        return _holds_none_cached(spec)
+    except TypeError:  # a custom node whose metadata is not hashable
+        return _has_none_node(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_none_cached(spec: optree.PyTreeSpec) -> bool:
+    return _has_none_node(spec)
+
+
+def _has_none_node(spec: optree.PyTreeSpec) -> bool:
+    pending = [spec]
+    while pending:
+        node = pending.pop()
+        if node.kind == optree.PyTreeKind.NONE:
+            return True
+        pending.extend(node.children())
+    return False
+
+
 def _params_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[0] if args else kwargs.get("params")
 
@@ -205,15 +255,9 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
         if _SCOPE.checked:
             return update_fn(updates, state, *args, **kwargs)
         try:
-            plan = pruning(updates)
-            if plan is None:
-                if torch.compiler.is_compiling():
+            with _checked(updates) as plan:
+                if plan is None:
                     return update_fn(updates, state, *args, **kwargs)
-                _SCOPE.checked = True
-                try:
-                    return update_fn(updates, state, *args, **kwargs)
-                finally:
-                    _SCOPE.checked = False
             params = _params_argument(args, kwargs)
             hidden_params, hidden_state = plan.params(params), plan.state(state)
             if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
@@ -315,9 +359,9 @@ def tolerates_none_step(step: StepFn) -> StepFn:
 
     @functools.wraps(step)
     def step_present(params: Any, grads: Any, state: Any) -> Any:
-        plan = pruning(grads)
-        if plan is None:
-            return step(params, grads, state)
+        with _checked(grads) as plan:
+            if plan is None:
+                return step(params, grads, state)
         hidden_params, hidden_state = plan.params(params), plan.state(state)
         if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
             return step(params, grads, state)

@@ -20,9 +20,12 @@ Conventions:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import operator
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
@@ -69,10 +72,81 @@ def check_is_tree(tree: Any) -> None:
                         "nothing; pass dict(model.named_parameters()).")
 
 
+class _Flattened(threading.local):
+    """The tree whose flattening :func:`flatten` reuses in this thread (see :func:`reusing`)."""
+
+    def __init__(self) -> None:
+        self.tree: Any = object()  # none yet: matches no tree
+        self.leaves: Leaves = []
+        self.spec: Any = None
+
+
+_FLATTENED = _Flattened()
+
+
 def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
     """Flattens ``tree`` into its leaves and structure (``None`` is an empty subtree)."""
+    if not torch.compiler.is_compiling():
+        if tree is _FLATTENED.tree:
+            return list(_FLATTENED.leaves), _FLATTENED.spec
+        shallow = _flatten_one_level(tree)
+        if shallow is not None:
+            return shallow
     check_is_tree(tree)
     return optree.tree_flatten(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+
+
+def _flatten_one_level(tree: Any) -> tuple[Leaves, optree.PyTreeSpec] | None:
+    """:func:`flatten` of a list, tuple or dict of (two or more) plain tensors, else ``None``.
+
+    The common trees of PyTorch code (``list(model.parameters())``,
+    ``dict(model.named_parameters())``) flatten several times per step; optree spends most of
+    its time deciding, leaf by leaf, that a tensor is a leaf. Here one C-level pass checks the
+    leaves' types, and the structure (and, for a dict, optree's key order) is computed once per
+    length or key sequence.
+    """
+    kind = type(tree)
+    if kind is list or kind is tuple:
+        if len(tree) > 1 and _PLAIN_TENSOR_TYPES.issuperset(map(type, tree)):
+            return list(tree), _sequence_spec(kind, len(tree))
+    elif kind is dict and len(tree) > 1:
+        values = list(tree.values())
+        if _PLAIN_TENSOR_TYPES.issuperset(map(type, values)):
+            spec, in_leaf_order = _dict_spec(tuple(tree))
+            return list(in_leaf_order(values)), spec
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _sequence_spec(kind: type, length: int) -> optree.PyTreeSpec:
+    return optree.tree_structure(kind(range(length)), none_is_leaf=NONE_IS_LEAF,
+                                 namespace=NAMESPACE)
+
+
+@functools.lru_cache(maxsize=64)
+def _dict_spec(keys: tuple[Any, ...]) -> tuple[optree.PyTreeSpec, Callable[[list], tuple]]:
+    """The structure of a dict with these keys (in this insertion order), and a function
+    taking its values in insertion order to them in optree's leaf order."""
+    order, spec = optree.tree_flatten(dict(zip(keys, range(len(keys)))),
+                                      none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+    return spec, operator.itemgetter(*order)
+
+
+@contextlib.contextmanager
+def reusing(tree: Any, leaves: Leaves, spec: optree.PyTreeSpec) -> Iterator[None]:
+    """Within the block, :func:`flatten` of ``tree`` (that very object) returns a copy of
+    ``leaves`` and ``spec``, its flattening, without flattening it again.
+
+    An update call flattens its incoming updates once to check them for ``None`` leaves; the
+    transformation it runs flattens the same tree first thing. The tree must not be modified
+    within the block (transformations build new trees; they never assign into their inputs).
+    """
+    previous = _FLATTENED.tree, _FLATTENED.leaves, _FLATTENED.spec
+    _FLATTENED.tree, _FLATTENED.leaves, _FLATTENED.spec = tree, leaves, spec
+    try:
+        yield
+    finally:
+        _FLATTENED.tree, _FLATTENED.leaves, _FLATTENED.spec = previous
 
 
 def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
@@ -82,12 +156,14 @@ def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
 
 def leaves(tree: Any) -> Leaves:
     """The leaves of ``tree`` in flattening order."""
-    check_is_tree(tree)
-    return optree.tree_leaves(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+    return flatten(tree)[0]
 
 
 def treespec(tree: Any) -> optree.PyTreeSpec:
     """The structure of ``tree``."""
+    shallow = None if torch.compiler.is_compiling() else _flatten_one_level(tree)
+    if shallow is not None:
+        return shallow[1]
     return optree.tree_structure(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
 
 
