@@ -96,33 +96,3 @@ def test_flatten_matches_optree_leaf_for_leaf(tree):
     assert all(a is b for a, b in zip(leaves, expected_leaves))
     assert tm.treespec(tree) == expected_spec
     assert tm.treespec(tm.unflatten(spec, leaves)) == expected_spec
-
-
-def test_flatten_reuses_the_checked_flattening_of_that_tree_only():
-    tree = {"a": torch.ones(2), "b": torch.zeros(2)}
-    other = dict(tree)
-    sentinel = [torch.full((2,), 7.0), torch.full((2,), 8.0)]
-    with tm.reusing(tree, sentinel, tm.treespec(tree)):
-        leaves, _ = tm.flatten(tree)
-        assert leaves == sentinel and leaves is not sentinel  # a copy the caller may modify
-        assert tm.flatten(other)[0][0] is tree["a"]
-    assert tm.flatten(tree)[0][0] is tree["a"]
-
-
-def test_an_update_flattens_its_updates_once(monkeypatch):
-    import optree
-
-    params = {"a": torch.ones(3), "b": torch.zeros(3), "c": [torch.ones(1), torch.ones(1)]}
-    tx = optax.scale_by_adam()
-    state = tx.init(params)
-    calls = []
-    flatten = optree.tree_flatten
-
-    def counting(tree, *args, **kwargs):
-        calls.append(tree)
-        return flatten(tree, *args, **kwargs)
-
-    grads = {"a": torch.ones(3), "b": torch.ones(3), "c": [torch.ones(1), torch.ones(1)]}
-    monkeypatch.setattr(optree, "tree_flatten", counting)
-    tx.update(grads, state, params)
-    assert sum(tree is grads for tree in calls) == 1

@@ -21,10 +21,9 @@ without code of its own. When the incoming updates hold ``None`` leaves, the wra
    Optax's empty subtree, so the transformation sees a consistent smaller tree;
 3. runs the transformation, then puts the old leaves back at those positions of the new state.
 
-Without ``None`` leaves the check costs nothing beyond one flattening of ``updates`` by the
-outermost transformation of a call, which the transformation it runs reuses
-(:func:`tree_math.reusing`); whether a structure holds ``None`` is computed once per structure,
-and the transformations it calls skip the check. A ``None`` stands for one tensor leaf: a
+Without ``None`` leaves the cost is one flattening of ``updates`` by the outermost transformation
+of a call (whether a structure holds ``None`` is computed once per structure); the
+transformations it calls skip the check. A ``None`` stands for one tensor leaf: a
 ``None`` in place of a whole subtree of parameters is a structure mismatch, as in Optax.
 
 The same entry names a leaf whose shape differs from its parameter's or its state's: when torch
@@ -178,8 +177,7 @@ def pruning(updates: Any) -> Pruning | None:
 def _checked(updates: Any) -> Iterator[Pruning | None]:
     """Checks ``updates`` for ``None`` leaves, yielding a :class:`Pruning` if it has some.
 
-    Without ``None`` the block runs with the check's flattening reused by the transformation
-    (:func:`tree_math.reusing`) and the nested transformations' checks skipped.
+    Without ``None`` the block runs with the nested transformations' checks skipped.
     """
     if _SCOPE.checked:
         yield None
@@ -187,14 +185,12 @@ def _checked(updates: Any) -> Iterator[Pruning | None]:
     if torch.compiler.is_compiling():
         yield pruning(updates)
         return
-    leaves, spec = tm.flatten(updates)
-    if _holds_none(spec):
+    if _holds_none(tm.treespec(updates)):
         yield Pruning(updates, *_flatten(updates))
         return
     _SCOPE.checked = True
     try:
-        with tm.reusing(updates, leaves, spec):
-            yield None
+        yield None
     finally:
         _SCOPE.checked = False
 

@@ -20,12 +20,10 @@ Conventions:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import operator
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
@@ -72,26 +70,11 @@ def check_is_tree(tree: Any) -> None:
                         "nothing; pass dict(model.named_parameters()).")
 
 
-class _Flattened(threading.local):
-    """The tree whose flattening :func:`flatten` reuses in this thread (see :func:`reusing`)."""
-
-    def __init__(self) -> None:
-        self.tree: Any = object()  # none yet: matches no tree
-        self.leaves: Leaves = []
-        self.spec: Any = None
-
-
-_FLATTENED = _Flattened()
-
-
 def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
     """Flattens ``tree`` into its leaves and structure (``None`` is an empty subtree)."""
-    if not torch.compiler.is_compiling():
-        if tree is _FLATTENED.tree:
-            return list(_FLATTENED.leaves), _FLATTENED.spec
-        shallow = _flatten_one_level(tree)
-        if shallow is not None:
-            return shallow
+    shallow = None if torch.compiler.is_compiling() else _flatten_one_level(tree)
+    if shallow is not None:
+        return shallow
     check_is_tree(tree)
     return optree.tree_flatten(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
 
@@ -130,23 +113,6 @@ def _dict_spec(keys: tuple[Any, ...]) -> tuple[optree.PyTreeSpec, Callable[[list
     order, spec = optree.tree_flatten(dict(zip(keys, range(len(keys)))),
                                       none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
     return spec, operator.itemgetter(*order)
-
-
-@contextlib.contextmanager
-def reusing(tree: Any, leaves: Leaves, spec: optree.PyTreeSpec) -> Iterator[None]:
-    """Within the block, :func:`flatten` of ``tree`` (that very object) returns a copy of
-    ``leaves`` and ``spec``, its flattening, without flattening it again.
-
-    An update call flattens its incoming updates once to check them for ``None`` leaves; the
-    transformation it runs flattens the same tree first thing. The tree must not be modified
-    within the block (transformations build new trees; they never assign into their inputs).
-    """
-    previous = _FLATTENED.tree, _FLATTENED.leaves, _FLATTENED.spec
-    _FLATTENED.tree, _FLATTENED.leaves, _FLATTENED.spec = tree, leaves, spec
-    try:
-        yield
-    finally:
-        _FLATTENED.tree, _FLATTENED.leaves, _FLATTENED.spec = previous
 
 
 def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
