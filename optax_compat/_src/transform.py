@@ -269,6 +269,11 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
       tensor([ 0.8452, -0.9535])
     """
 
+    def formula(gs: Leaves, old: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+        del inplace
+        sums = tm.add(tm.abs_sq(gs), old)
+        return tm.mul(_where_positive_rsqrt(sums, eps), gs), sums
+
     def init_fn(params):
         return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
 
@@ -279,10 +284,9 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         old = bb.state_leaves(state.sum_of_squares, spec, updates, "state.sum_of_squares")
-        sums = tm.add(tm.abs_sq(gs), old)
-        scaled = tm.mul(_where_positive_rsqrt(sums, eps), gs)
-        return (tm.unflatten(spec, bb.emit(gs, scaled, inplace)),
-                ScaleByRssState(sum_of_squares=tm.unflatten(spec, bb.store(old, sums, inplace))))
+        scaled, sums = bb.in_blocks(formula, gs, old, inplace=inplace)
+        return (tm.unflatten(spec, scaled),
+                ScaleByRssState(sum_of_squares=tm.unflatten(spec, sums)))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -375,13 +379,17 @@ def scale_by_rms(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        new_nus = _second_moment(nus, gs, decay, inplace)
         if bias_correction:
             count_inc = numerics.safe_increment(state.count)
-            nu_hats = bb.debias(new_nus, bb.bias_correction(decay, count_inc, new_nus))
-        else:
-            nu_hats = new_nus
-        scaled = _scale_updates(_rms_scaling(nu_hats, eps, eps_in_sqrt), gs, inplace)
+            # In the widest dtype of the new second moments, which promote ``nus`` and ``gs``.
+            correction = bb.bias_correction(decay, count_inc, gs + nus)
+
+        def formula(gs: Leaves, nus: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+            new_nus = _second_moment(nus, gs, decay, inplace)
+            nu_hats = bb.debias(new_nus, correction) if bias_correction else new_nus
+            return _scale_updates(_rms_scaling(nu_hats, eps, eps_in_sqrt), gs, inplace), new_nus
+
+        scaled, new_nus = bb.in_blocks(formula, gs, nus, inplace=inplace)
         nu = tm.unflatten(spec, new_nus)
         new_state = (ScaleByRmsWithCountState(count=count_inc, nu=nu) if bias_correction
                      else ScaleByRmsState(nu=nu))
@@ -455,20 +463,28 @@ def scale_by_stddev(
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        new_mus = bb.update_moment(mus, gs, decay)
-        new_nus = bb.update_moment(nus, tm.abs_sq(gs), decay)
-        mu_hats, nu_hats = new_mus, new_nus
         if bias_correction:
             count_inc = numerics.safe_increment(state.count)
-            correction = bb.bias_correction(decay, count_inc, new_mus)
-            mu_hats, nu_hats = bb.debias(new_mus, correction), bb.debias(new_nus, correction)
-        variances = tm.sub(nu_hats, tm.abs_sq(mu_hats))
-        scaled = tm.mul(_rms_scaling(variances, eps, eps_in_sqrt), gs)
-        mu = tm.unflatten(spec, bb.store(mus, new_mus, inplace))
-        nu = tm.unflatten(spec, bb.store(nus, new_nus, inplace))
+            # In the widest dtype of the new first moments, which promote ``mus`` and ``gs``.
+            correction = bb.bias_correction(decay, count_inc, gs + mus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            new_mus = bb.update_moment(mus, gs, decay)
+            new_nus = bb.update_moment(nus, tm.abs_sq(gs), decay)
+            mu_hats, nu_hats = new_mus, new_nus
+            if bias_correction:
+                mu_hats, nu_hats = bb.debias(new_mus, correction), bb.debias(new_nus, correction)
+            variances = tm.sub(nu_hats, tm.abs_sq(mu_hats))
+            return tm.mul(_rms_scaling(variances, eps, eps_in_sqrt), gs), new_mus, new_nus
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        mu = tm.unflatten(spec, new_mus)
+        nu = tm.unflatten(spec, new_nus)
         new_state = (ScaleByRStdDevWithCountState(count=count_inc, mu=mu, nu=nu)
                      if bias_correction else ScaleByRStdDevState(mu=mu, nu=nu))
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), new_state
+        return tm.unflatten(spec, scaled), new_state
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -638,12 +654,19 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
-        moments = bb.update_moment(mus, gs, b1)
-        maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
-        scaled = tm.div(bb.debias(moments, bb.bias_correction(b1, count_inc, moments)), maxima)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, bb.store(mus, moments, inplace)),
-            nu=tm.unflatten(spec, bb.store(nus, maxima, inplace)))
+        # In the widest dtype of the new moments, which promote ``mus`` and ``gs``.
+        correction = bb.bias_correction(b1, count_inc, gs + mus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
+            return tm.div(bb.debias(moments, correction), maxima), moments, maxima
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -707,6 +730,16 @@ def scale_by_lion(
             return list(torch._foreach_tanh(tm.mul(xs, smooth_beta)))
         return [torch.where(x.abs() >= 1.0, x.sign(), x) for x in xs]  # NaN stays NaN
 
+    def formula(gs: Leaves, mus: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+        fast = (bb.is_number(b1) and bb.is_number(b2) and tm.same_dtypes(mus, gs)
+                and not tm.is_recording(mus, gs))
+        # ``mixed`` is a fresh buffer that the sign may then overwrite when nothing is
+        # differentiated.
+        scaled = direction(bb.update_moment(mus, gs, b1), inplace=fast)
+        if fast:
+            return scaled, tm.moving_average(mus, gs, b2, inplace=inplace)
+        return scaled, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype)
+
     def init_fn(params):
         return ScaleByLionState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype))
 
@@ -717,17 +750,8 @@ def scale_by_lion(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
-        fast = (bb.is_number(b1) and bb.is_number(b2) and tm.same_dtypes(mus, gs)
-                and not tm.is_recording(mus, gs))
-        # ``mixed`` is a fresh buffer that the sign may then overwrite when nothing is
-        # differentiated.
-        mixed = bb.update_moment(mus, gs, b1)
-        scaled = direction(mixed, inplace=fast)
-        if fast:
-            new_mus = tm.moving_average(mus, gs, b2, inplace=inplace)
-        else:
-            new_mus = bb.store(mus, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype), inplace)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByLionState(
+        scaled, new_mus = bb.in_blocks(formula, gs, mus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByLionState(
             count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus))
 
     return _with_extra_args(init_fn, update_fn)
@@ -909,22 +933,28 @@ def scale_by_radam(
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        moments = bb.update_moment(mus, gs, b1)
-        seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_increment(state.count)
         steps = count_inc.to(tm.widest_real_dtype(gs))
         b2t = b2 ** steps
         ro = ro_inf - 2 * steps * b2t / (1 - b2t)
         rectifier = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf
                                / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
-        mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
-        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-        adaptive = bb.adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)), nu_hats,
-                               eps, eps_root)
-        scaled = tm.where(ro >= threshold, adaptive, mu_hats)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, bb.store(mus, moments, inplace)),
-            nu=tm.unflatten(spec, bb.store(nus, seconds, inplace)))
+        # In the widest dtype of the new second moments, which promote ``nus`` and ``gs``.
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+            adaptive = bb.adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)),
+                                     bb.debias(seconds, nu_correction), eps, eps_root)
+            return tm.where(ro >= threshold, adaptive, mu_hats), moments, seconds
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -962,6 +992,14 @@ def scale_by_adadelta(rho: Scalar = 0.9,
       tensor([ 0.0032, -0.0032])
     """
 
+    def formula(gs: Leaves, e_gs: Leaves, e_xs: Leaves,
+                inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+        del inplace
+        new_e_gs = bb.update_moment(e_gs, tm.square(gs), rho)
+        ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
+        scaled = tm.mul(ratios, gs)
+        return scaled, new_e_gs, bb.update_moment(e_xs, tm.square(scaled), rho)
+
     def init_fn(params):
         return ScaleByAdaDeltaState(e_g=bb.zeros(params), e_x=bb.zeros(params))
 
@@ -973,13 +1011,9 @@ def scale_by_adadelta(rho: Scalar = 0.9,
         gs, spec = tm.float_leaves(updates)
         e_gs = bb.state_leaves(state.e_g, spec, updates, "state.e_g")
         e_xs = bb.state_leaves(state.e_x, spec, updates, "state.e_x")
-        new_e_gs = bb.update_moment(e_gs, tm.square(gs), rho)
-        ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
-        scaled = tm.mul(ratios, gs)
-        new_e_xs = bb.update_moment(e_xs, tm.square(scaled), rho)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdaDeltaState(
-            e_g=tm.unflatten(spec, bb.store(e_gs, new_e_gs, inplace)),
-            e_x=tm.unflatten(spec, bb.store(e_xs, new_e_xs, inplace)))
+        scaled, new_e_gs, new_e_xs = bb.in_blocks(formula, gs, e_gs, e_xs, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdaDeltaState(
+            e_g=tm.unflatten(spec, new_e_gs), e_x=tm.unflatten(spec, new_e_xs))
 
     return _with_extra_args(init_fn, update_fn)
 
