@@ -556,7 +556,7 @@ def scale_by_amsgrad(
     mu_dtype: Optional[torch.dtype] = None,
     bias_correction_mu: bool = True,
     bias_correction_nu: bool = True,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by AMSGrad: Adam with the running maximum of the second moment.
 
     Args:
@@ -569,7 +569,7 @@ def scale_by_amsgrad(
       bias_correction_nu: bias-correct the second moment before the maximum.
 
     Returns:
-      A transformation with a :class:`ScaleByAmsgradState`.
+      A transformation with a :class:`ScaleByAmsgradState`; ``update`` accepts ``inplace``.
 
     References:
       Reddi et al, `On the Convergence of Adam and Beyond
@@ -591,27 +591,39 @@ def scale_by_amsgrad(
         return ScaleByAmsgradState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
                                    nu=bb.zeros(params), nu_max=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         maxima = bb.state_leaves(state.nu_max, spec, updates, "state.nu_max")
         count_inc = numerics.safe_increment(state.count)
-        moments = bb.update_moment(mus, gs, b1)
-        seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
-        mu_hats = (bb.debias(moments, bb.bias_correction(b1, count_inc, moments))
-                   if bias_correction_mu else moments)
-        nu_effective = (bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-                        if bias_correction_nu else seconds)
-        new_maxima = tm.maximum(maxima, nu_effective)
-        scaled = bb.adam_ratio(mu_hats, new_maxima, eps, eps_root)
-        return tm.unflatten(spec, scaled), ScaleByAmsgradState(
-            count=count_inc, mu=tm.unflatten(spec, tm.cast(moments, mu_dtype)),
-            nu=tm.unflatten(spec, seconds), nu_max=tm.unflatten(spec, new_maxima))
+        # In the widest dtypes of the new moments, which promote ``gs`` with ``mus``, ``nus``.
+        mu_correction = bb.bias_correction(b1, count_inc, gs + mus)
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
 
-    return base.GradientTransformation(init_fn, update_fn)
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves, maxima: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            mu_hats = bb.debias(moments, mu_correction) if bias_correction_mu else moments
+            nu_effective = (bb.debias(seconds, nu_correction) if bias_correction_nu
+                            else seconds)
+            new_maxima = tm.maximum(maxima, nu_effective)
+            return (bb.adam_ratio(mu_hats, new_maxima, eps, eps_root),
+                    tm.cast(moments, mu_dtype), seconds, new_maxima)
+
+        scaled, new_mus, new_nus, new_maxima = bb.in_blocks(formula, gs, mus, nus, maxima,
+                                                            inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAmsgradState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus),
+            nu_max=tm.unflatten(spec, new_maxima))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
@@ -772,7 +784,7 @@ def scale_by_belief(
     eps_root: Scalar = 1e-16,
     *,
     nesterov: bool = False,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by AdaBelief: the first moment over the variance of its prediction error.
 
     Args:
@@ -783,7 +795,7 @@ def scale_by_belief(
       nesterov: use Nesterov's look-ahead first moment.
 
     Returns:
-      A transformation with a :class:`ScaleByBeliefState`.
+      A transformation with a :class:`ScaleByBeliefState`; ``update`` accepts ``inplace``.
 
     References:
       Zhuang et al, `AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
@@ -804,23 +816,33 @@ def scale_by_belief(
         return ScaleByBeliefState(count=bb.zero_count(params), mu=bb.zeros(params),
                                   nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        moments = bb.update_moment(mus, gs, b1)
-        errors = tm.sub(gs, moments)
-        seconds = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
         count_inc = numerics.safe_increment(state.count)
-        mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
-        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-        scaled = bb.adam_ratio(mu_hats, nu_hats, eps, 0.0)
-        return tm.unflatten(spec, scaled), ScaleByBeliefState(
-            count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
+        # In the widest dtype of the new second moments, which promote all three.
+        nu_correction = bb.bias_correction(b2, count_inc, gs + mus + nus)
 
-    return base.GradientTransformation(init_fn, update_fn)
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            errors = tm.sub(gs, moments)
+            seconds = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+            mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+            scaled = bb.adam_ratio(mu_hats, bb.debias(seconds, nu_correction), eps, 0.0)
+            return scaled, moments, seconds
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByBeliefState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 def scale_by_yogi(
@@ -829,7 +851,7 @@ def scale_by_yogi(
     eps: Scalar = 1e-3,
     eps_root: Scalar = 0.0,
     initial_accumulator_value: Scalar = 1e-6,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by Yogi: Adam whose second moment moves additively, by the sign of the gap.
 
     Args:
@@ -840,7 +862,7 @@ def scale_by_yogi(
       initial_accumulator_value: starting value of both moments (positive).
 
     Returns:
-      A transformation with a :class:`ScaleByAdamState`.
+      A transformation with a :class:`ScaleByAdamState`; ``update`` accepts ``inplace``.
 
     References:
       Zaheer et al, `Adaptive Methods for Nonconvex Optimization
@@ -863,24 +885,35 @@ def scale_by_yogi(
                                 mu=bb.full(params, initial_accumulator_value),
                                 nu=bb.full(params, initial_accumulator_value))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        moments = bb.update_moment(mus, gs, b1)
-        squares = tm.abs_sq(gs)
-        steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
-        seconds = tm.sub(nus, tm.mul(steps, squares))
         count_inc = numerics.safe_increment(state.count)
-        mu_hats = bb.debias(moments, bb.bias_correction(b1, count_inc, moments))
-        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-        scaled = bb.adam_ratio(mu_hats, nu_hats, eps, eps_root)
+        # In the widest dtypes of the new moments, which promote ``gs`` with ``mus``, ``nus``.
+        mu_correction = bb.bias_correction(b1, count_inc, gs + mus)
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            squares = tm.abs_sq(gs)
+            steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
+            seconds = tm.sub(nus, tm.mul(steps, squares))
+            scaled = bb.adam_ratio(bb.debias(moments, mu_correction),
+                                   bb.debias(seconds, nu_correction), eps, eps_root)
+            return scaled, moments, seconds
+
+        scaled, moments, seconds = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 def scale_by_radam(
@@ -1104,7 +1137,7 @@ def scale_by_adan(
     b3: Scalar = 0.99,
     eps: Scalar = 1e-8,
     eps_root: Scalar = 0.0,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by Adan (Algorithm 1 of the paper): Nesterov-accelerated adaptive moments.
 
     Args:
@@ -1115,7 +1148,7 @@ def scale_by_adan(
       eps_root: added inside the square root.
 
     Returns:
-      A transformation with a :class:`ScaleByAdanState`.
+      A transformation with a :class:`ScaleByAdanState`; ``update`` accepts ``inplace``.
 
     References:
       Xie et al, `Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep
@@ -1136,30 +1169,47 @@ def scale_by_adan(
         return ScaleByAdanState(m=bb.zeros(params), v=bb.zeros(params), n=bb.zeros(params),
                                 g=bb.zeros(params), t=bb.zero_count(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         ms = bb.state_leaves(state.m, spec, updates, "state.m")
         vs = bb.state_leaves(state.v, spec, updates, "state.v")
         ns = bb.state_leaves(state.n, spec, updates, "state.n")
         previous = bb.state_leaves(state.g, spec, updates, "state.g")
-        differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
-        new_ms = bb.update_moment(ms, gs, b1)
-        new_vs = bb.update_moment(vs, differences, b2)
-        new_ns = bb.update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
         t = numerics.safe_increment(state.t)
-        m_hats = bb.debias(new_ms, bb.bias_correction(b1, t, new_ms))
-        v_hats = bb.debias(new_vs, bb.bias_correction(b2, t, new_vs))
-        n_hats = bb.debias(new_ns, bb.bias_correction(b3, t, new_ns))
-        scaled = bb.adam_ratio(tm.add_scaled(m_hats, 1 - b2, v_hats), n_hats, eps, eps_root)
-        # The gradient is kept for the next difference: a copy, so that later in-place
-        # writes into the caller's gradient buffers cannot change the state.
+        # In the widest dtype of each new moment: ``gs`` promoted with ``ms``, ``vs`` (and
+        # ``previous``, in the differences), ``ns``.
+        m_correction = bb.bias_correction(b1, t, gs + ms)
+        v_correction = bb.bias_correction(b2, t, gs + previous + vs)
+        n_correction = bb.bias_correction(b3, t, gs + previous + ns)
+
+        def formula(gs: Leaves, ms: Leaves, vs: Leaves, ns: Leaves, previous: Leaves,
+                    inplace: bool) -> tuple[Leaves, ...]:
+            differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
+            new_ms = bb.update_moment(ms, gs, b1)
+            new_vs = bb.update_moment(vs, differences, b2)
+            new_ns = bb.update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)),
+                                      b3)
+            m_hats = bb.debias(new_ms, m_correction)
+            n_hats = bb.debias(new_ns, n_correction)
+            scaled = bb.adam_ratio(
+                tm.add_scaled(m_hats, 1 - b2, bb.debias(new_vs, v_correction)), n_hats, eps,
+                eps_root)
+            # The gradient is kept for the next difference: in place it is copied into the
+            # state's buffer; else a copy is kept, so that later in-place writes into the
+            # caller's gradient buffers cannot change the state.
+            return scaled, new_ms, new_vs, new_ns, gs if inplace else tm.clone(gs)
+
+        scaled, new_ms, new_vs, new_ns, new_previous = bb.in_blocks(
+            formula, gs, ms, vs, ns, previous, inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByAdanState(
             m=tm.unflatten(spec, new_ms), v=tm.unflatten(spec, new_vs),
-            n=tm.unflatten(spec, new_ns), g=tm.unflatten(spec, tm.clone(gs)), t=t)
+            n=tm.unflatten(spec, new_ns), g=tm.unflatten(spec, new_previous), t=t)
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1551,7 +1601,7 @@ class ScaleByOptimisticGradientState(NamedTuple):
 
 
 def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
-                                 beta: Scalar = 1.0) -> base.GradientTransformation:
+                                 beta: Scalar = 1.0) -> base.GradientTransformationExtraArgs:
     """Computes generalized optimistic gradients: ``(alpha + beta) * g_t - beta * g_{t-1}``.
 
     At the first step the previous gradient is the current one.
@@ -1561,7 +1611,8 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
       beta: coefficient of the negative momentum.
 
     Returns:
-      A transformation with a :class:`ScaleByOptimisticGradientState`.
+      A transformation with a :class:`ScaleByOptimisticGradientState`; ``update`` accepts
+      ``inplace``.
 
     References:
       Mokhtari et al, `A Unified Analysis of Extra-gradient and Optimistic Gradient Methods
@@ -1583,19 +1634,28 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
             is_initial_step=torch.ones((), dtype=torch.bool, device=bb.device_of(params)),
             previous_gradient=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         previous = bb.state_leaves(state.previous_gradient, spec, updates,
                                  "state.previous_gradient")
-        previous = tm.where(state.is_initial_step, gs, previous)
-        scaled = tm.sub(tm.mul(gs, alpha + beta), tm.mul(previous, beta))
+
+        def formula(gs: Leaves, previous: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+            previous = tm.where(state.is_initial_step, gs, previous)
+            scaled = tm.sub(tm.mul(gs, alpha + beta), tm.mul(previous, beta))
+            # In place the gradient is copied into the state's buffer; else a copy is kept, so
+            # that later in-place writes into the caller's gradient cannot change the state.
+            return scaled, gs if inplace else tm.clone(gs)
+
+        scaled, new_previous = bb.in_blocks(formula, gs, previous, inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByOptimisticGradientState(
             is_initial_step=torch.zeros_like(state.is_initial_step),
-            previous_gradient=tm.unflatten(spec, tm.clone(gs)))
+            previous_gradient=tm.unflatten(spec, new_previous))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ScaleByDistanceOverGradientsState(NamedTuple):

@@ -40,6 +40,12 @@ TRANSFORMS = {
     "radam": lambda: optax.radam(1e-3),
     "radam_nesterov": lambda: T.scale_by_radam(nesterov=True),
     "adadelta": lambda: optax.adadelta(1e-3),
+    "adabelief": lambda: optax.adabelief(1e-3),
+    "adabelief_nesterov": lambda: T.scale_by_belief(nesterov=True),
+    "yogi": lambda: optax.yogi(1e-3),
+    "amsgrad": lambda: optax.amsgrad(1e-3),
+    "optimistic_gradient_descent": lambda: optax.optimistic_gradient_descent(1e-3),
+    "adan": lambda: optax.adan(1e-3),
 }
 
 

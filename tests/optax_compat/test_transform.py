@@ -246,6 +246,12 @@ INPLACE = {
     "stddev_bias_correction": lambda: T.scale_by_stddev(bias_correction=True),
     "radam": T.scale_by_radam,
     "adadelta": T.scale_by_adadelta,
+    "belief": T.scale_by_belief,
+    "yogi": T.scale_by_yogi,
+    "amsgrad": T.scale_by_amsgrad,
+    "amsgrad_mu_dtype": lambda: T.scale_by_amsgrad(mu_dtype=torch.bfloat16),
+    "optimistic_gradient": T.scale_by_optimistic_gradient,
+    "adan": T.scale_by_adan,
 }
 
 

@@ -86,10 +86,11 @@ def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,
     """The new updates and state leaves of an elementwise ``formula``, in place block by block.
 
     ``formula(updates, *states, inplace=...)`` returns the new updates and one list of new
-    leaves per state list. With ``inplace`` it may write into its state arguments (returning
-    them) once it has read what it needs; results it returns as fresh tensors are then copied
-    into the buffers they replace, as :func:`emit` and :func:`store` do. Without ``inplace``
-    it runs once on the whole lists and its results are returned.
+    leaves per state list. With ``inplace`` it may write into its arguments (returning them)
+    once it has read what it needs; the other results are then copied into the buffers they
+    replace, as :func:`emit` and :func:`store` do, the state first, so that a state may take
+    the incoming updates themselves (a previous gradient). Without ``inplace`` it runs once on
+    the whole lists and its results are returned.
 
     In place, with every leaf of one dtype and nothing differentiated, it runs on the blocks
     of :func:`tree_math.blocks` instead, and each block's results are written before the next
@@ -108,12 +109,14 @@ def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,
             _store_all(block, formula(*block, inplace=True))
         return list(buffers)
     results = formula(*buffers, inplace=inplace)
-    return [emit(updates, results[0], inplace),
-            *(store(leaves, new_leaves, inplace)
-              for leaves, new_leaves in zip(states, results[1:], strict=True))]
+    new_states = [store(leaves, new_leaves, inplace)
+                  for leaves, new_leaves in zip(states, results[1:], strict=True)]
+    return [emit(updates, results[0], inplace), *new_states]
 
 
 def _store_all(buffers: Sequence[tm.Leaves], values: Sequence[tm.Leaves]) -> None:
-    """Writes each list of ``values`` into its ``buffers``; ``values`` dies with the call."""
-    for leaves, new_leaves in zip(buffers, values, strict=True):
+    """Writes each list of ``values`` into its ``buffers``, the updates last; ``values`` dies
+    with the call."""
+    for leaves, new_leaves in zip(buffers[1:], values[1:], strict=True):
         store(leaves, new_leaves, inplace=True)
+    store(buffers[0], values[0], inplace=True)
