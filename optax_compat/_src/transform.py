@@ -1351,7 +1351,7 @@ def scale_by_rprop(
     eta_plus: Scalar = 1.2,
     min_step_size: Scalar = 1e-6,
     max_step_size: Scalar = 50.0,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by Rprop: per-element step sizes adapted to sign agreements.
 
     Args:
@@ -1362,7 +1362,7 @@ def scale_by_rprop(
       max_step_size: upper bound of the step sizes.
 
     Returns:
-      A transformation with a :class:`ScaleByRpropState`.
+      A transformation with a :class:`ScaleByRpropState`; ``update`` accepts ``inplace``.
 
     References:
       Riedmiller and Braun, `A Direct Adaptive Method for Faster Backpropagation Learning:
@@ -1383,12 +1383,9 @@ def scale_by_rprop(
         return ScaleByRpropState(step_sizes=bb.full(params, learning_rate),
                                  prev_updates=bb.zeros(params))
 
-    @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
-        gs, spec = tm.float_leaves(updates)
-        steps = bb.state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
-        previous = bb.state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
+    def formula(gs: Leaves, steps: Leaves, previous: Leaves,
+                inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+        del inplace
         agreements = tm.mul(gs, previous)
         new_steps = [
             torch.where(a == 0, s, torch.clamp(torch.where(a > 0, s * eta_plus, s * eta_minus),
@@ -1398,11 +1395,23 @@ def scale_by_rprop(
                         for a, sign, s in zip(agreements, tm.sign(gs), new_steps)]
         # As in Optax 0.2.8, the emitted update is the previous step's, zeroed on a sign flip.
         scaled = [torch.where(a < 0, torch.zeros_like(p), p) for a, p in zip(agreements, previous)]
+        return scaled, new_steps, new_previous
+
+    @bb.supports_inplace
+
+    @bb.elementwise
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        steps = bb.state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
+        previous = bb.state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
+        scaled, new_steps, new_previous = bb.in_blocks(formula, gs, steps, previous,
+                                                       inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByRpropState(
             step_sizes=tm.unflatten(spec, new_steps),
             prev_updates=tm.unflatten(spec, new_previous))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ApplyEvery(NamedTuple):

@@ -46,6 +46,7 @@ TRANSFORMS = {
     "amsgrad": lambda: optax.amsgrad(1e-3),
     "optimistic_gradient_descent": lambda: optax.optimistic_gradient_descent(1e-3),
     "adan": lambda: optax.adan(1e-3),
+    "rprop": lambda: optax.rprop(1e-3),
     "acprop": lambda: optax.contrib.acprop(1e-3),
     "ademamix": lambda: optax.contrib.ademamix(1e-3),
     "adopt": lambda: optax.contrib.adopt(1e-3),
