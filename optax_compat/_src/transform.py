@@ -1292,7 +1292,7 @@ def scale_by_trust_ratio(
     min_norm: Scalar = 0.0,
     trust_coefficient: Scalar = 1.0,
     eps: Scalar = 0.0,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales each update leaf by the trust ratio ``|param| / |update|`` of its block.
 
     Used by :func:`optax_compat.lars`, :func:`optax_compat.lamb` and
@@ -1304,7 +1304,8 @@ def scale_by_trust_ratio(
       eps: added to the update norm in the denominator.
 
     Returns:
-      A stateless transformation whose ``update`` needs ``params``.
+      A stateless transformation whose ``update`` needs ``params`` and accepts
+      ``inplace``.
 
     References:
       You et al, `Large Batch Training of Convolutional Networks
@@ -1321,7 +1322,9 @@ def scale_by_trust_ratio(
       tensor([ 1., -2.])
     """
 
-    def update_fn(updates, state, params=None):
+    @bb.supports_inplace
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del extra_args
         gs, spec = tm.float_leaves(updates)
         ps = bb.params_leaves(params, spec, updates, "scale_by_trust_ratio")
         if not gs:
@@ -1333,9 +1336,10 @@ def scale_by_trust_ratio(
         ratios = torch.where((param_norms == 0) | (update_norms == 0),
                              torch.ones_like(ratios), ratios)
         factors = [r.to(g.dtype) for r, g in zip(ratios.unbind(), gs)]
-        return tm.unflatten(spec, tm.mul(gs, factors)), state
+        scaled = tm.mul_(gs, factors) if inplace else tm.mul(gs, factors)
+        return tm.unflatten(spec, scaled), state
 
-    return base.GradientTransformation(base.init_empty_state, update_fn)
+    return _with_extra_args(base.init_empty_state, update_fn)
 
 
 class ScaleByRpropState(NamedTuple):

@@ -253,6 +253,7 @@ INPLACE = {
     "optimistic_gradient": T.scale_by_optimistic_gradient,
     "adan": T.scale_by_adan,
     "rprop": lambda: T.scale_by_rprop(0.1),
+    "trust_ratio": T.scale_by_trust_ratio,
 }
 
 
