@@ -130,3 +130,19 @@ def test_sign_in_place_keeps_nan_and_maps_subnormals_and_infinities_to_one():
         expected = torch.sign(x)
         expected[0] = float("nan")
         torch.testing.assert_close(signs, expected, equal_nan=True, rtol=0, atol=0)
+
+
+def test_inplace_noise_is_drawn_one_leaf_at_a_time():
+    # The counter-based noise of a leaf is hashed from int64 positions: several times the
+    # leaf's size, but one leaf at a time, so many leaves keep the peak far below the params.
+    shapes = {f"w{i:02d}": (10, 100) for i in range(50)}
+    leaf_bytes, param_bytes = 4 * 1000, 4 * 1000 * len(shapes)
+    tx = optax.noisy_sgd(1e-3, key=0)
+    params = random_tree(shapes, seed=0)
+    grads = random_tree(shapes, seed=1)
+    state = tx.init(params)
+    peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
+    assert peak <= 12 * leaf_bytes < param_bytes, f"{peak} bytes at peak"
+    assert_inplace_matches_pure(optax.noisy_sgd(1e-3, key=0), torch.float32,
+                                params=random_tree(shapes),
+                                grads=[random_tree(shapes, seed=seed) for seed in (1, 2)])
