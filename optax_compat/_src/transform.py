@@ -1217,25 +1217,28 @@ def scale_by_adan(
 
 
 def _scale_by_block_statistic(statistics: Callable[[Leaves], Leaves],
-                              name: str) -> base.GradientTransformation:
+                              name: str) -> base.GradientTransformationExtraArgs:
     """Multiplies each update leaf by its entry of ``statistics(param_leaves)`` (0-d tensors)."""
 
-    def update_fn(updates, state, params=None):
+    @bb.supports_inplace
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del extra_args
         gs, spec = tm.float_leaves(updates)
-        ps = bb.params_leaves(params, spec, updates, name)
-        return tm.unflatten(spec, tm.mul(gs, statistics(ps))), state
+        factors = statistics(bb.params_leaves(params, spec, updates, name))
+        return tm.unflatten(spec, tm.mul_(gs, factors) if inplace else tm.mul(gs, factors)), state
 
-    return base.GradientTransformation(base.init_empty_state, update_fn)
+    return _with_extra_args(base.init_empty_state, update_fn)
 
 
-def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
+def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransformationExtraArgs:
     """Scales each update leaf by the norm of its parameter block (at least ``min_scale``).
 
     Args:
       min_scale: lower bound of the scaling factor.
 
     Returns:
-      A stateless transformation whose ``update`` needs ``params``.
+      A stateless transformation whose ``update`` needs ``params`` and accepts
+      ``inplace``.
 
     Examples:
       >>> import torch
@@ -1255,14 +1258,15 @@ def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransfor
         "scale_by_param_block_norm")
 
 
-def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
+def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransformationExtraArgs:
     """Scales each update leaf by the root mean square of its parameter block.
 
     Args:
       min_scale: lower bound of the scaling factor.
 
     Returns:
-      A stateless transformation whose ``update`` needs ``params``.
+      A stateless transformation whose ``update`` needs ``params`` and accepts
+      ``inplace``.
 
     Examples:
       >>> import torch

@@ -50,6 +50,7 @@ TRANSFORMS = {
     "fromage": lambda: optax.fromage(1e-3),
     "lamb": lambda: optax.lamb(1e-3),
     "lars": lambda: optax.lars(1e-3),
+    "clip_by_block_rms": lambda: optax.clip_by_block_rms(0.5),
     "acprop": lambda: optax.contrib.acprop(1e-3),
     "ademamix": lambda: optax.contrib.ademamix(1e-3),
     "adopt": lambda: optax.contrib.adopt(1e-3),
@@ -146,3 +147,22 @@ def test_inplace_noise_is_drawn_one_leaf_at_a_time():
     assert_inplace_matches_pure(optax.noisy_sgd(1e-3, key=0), torch.float32,
                                 params=random_tree(shapes),
                                 grads=[random_tree(shapes, seed=seed) for seed in (1, 2)])
+
+
+def test_inplace_adafactor_works_one_leaf_at_a_time():
+    # The factored second moment reduces the squared gradient of each matrix over its rows and
+    # columns: whole leaves, so the temporaries span the largest leaf, not the parameters.
+    shapes = {**{f"w{i:02d}": (130, 140) for i in range(12)}, "b": (140,), "v": (3, 5)}
+    leaf_bytes = 4 * 130 * 140
+    param_bytes = 4 * sum(torch.Size(shape).numel() for shape in shapes.values())
+    tx = optax.adafactor(1e-3, momentum=0.9)
+    params = random_tree(shapes, seed=0)
+    state = tx.init(params)
+    for seed in (1, 2):
+        _, state = tx.update(random_tree(shapes, seed=seed), state, params, inplace=True)
+    grads = random_tree(shapes, seed=3)
+    peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
+    assert peak <= 4 * leaf_bytes < param_bytes, f"{peak} bytes at peak"
+    assert_inplace_matches_pure(optax.adafactor(1e-3, momentum=0.9), torch.float32,
+                                params=random_tree(shapes),
+                                grads=[random_tree(shapes, seed=seed) for seed in (1, 2, 3)])

@@ -254,6 +254,8 @@ INPLACE = {
     "adan": T.scale_by_adan,
     "rprop": lambda: T.scale_by_rprop(0.1),
     "trust_ratio": T.scale_by_trust_ratio,
+    "param_block_norm": T.scale_by_param_block_norm,
+    "param_block_rms": T.scale_by_param_block_rms,
 }
 
 

@@ -82,7 +82,7 @@ def emit(updates: tm.Leaves, results: tm.Leaves, inplace: bool) -> tm.Leaves:
 
 
 def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,
-              *states: tm.Leaves, inplace: bool) -> list[tm.Leaves]:
+              *states: tm.Leaves, inplace: bool, split: bool = True) -> list[tm.Leaves]:
     """The new updates and state leaves of an elementwise ``formula``, in place block by block.
 
     ``formula(updates, *states, inplace=...)`` returns the new updates and one list of new
@@ -98,6 +98,8 @@ def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,
     :data:`tree_math.BLOCK_ELEMENTS` elements, not the parameters. Each element meets the same
     kernels, and a scalar ``formula`` derives from its leaves' dtypes (a bias correction in
     the widest of them) is the same in every block, so the numbers are those of the whole lists.
+    A ``formula`` that reduces over a leaf's axes passes ``split=False``: its blocks are whole
+    leaves, and a leaf larger than a block is a block of its own.
 
     Returns:
       The updates, then the new leaves of each state list.
@@ -105,7 +107,7 @@ def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,
     buffers = (updates, *states)
     dtypes = {dtype for leaves in buffers for dtype in tm.attributes("dtype", leaves)}
     if inplace and len(dtypes) == 1 and not tm.is_recording(*buffers):
-        for block in tm.blocks(*buffers):
+        for block in tm.blocks(*buffers, split=split):
             _store_all(block, formula(*block, inplace=True))
         return list(buffers)
     results = formula(*buffers, inplace=inplace)

@@ -512,7 +512,7 @@ def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
 BLOCK_ELEMENTS = 2**16
 
 
-def blocks(*groups: Leaves) -> Iterator[tuple[Leaves, ...]]:
+def blocks(*groups: Leaves, split: bool = True) -> Iterator[tuple[Leaves, ...]]:
     """The leaves of ``groups`` in blocks of about :data:`BLOCK_ELEMENTS` elements.
 
     An in-place step whose formula reads two buffers it overwrites (Lion's direction and
@@ -522,9 +522,11 @@ def blocks(*groups: Leaves) -> Iterator[tuple[Leaves, ...]]:
     more than ``BLOCK_ELEMENTS`` elements are cut into views of ``BLOCK_ELEMENTS`` (a multiple
     of every vector width, so each element meets the same kernel code path as in the whole
     leaf); smaller leaves are gathered, in order, into blocks of at most ``BLOCK_ELEMENTS``
-    elements. Non-contiguous leaves, which have no flat view, stay whole;
-    distributed leaves (DTensor shards) and code being compiled (Inductor plans its own
-    buffers) get all the leaves as one block.
+    elements. Non-contiguous leaves, which have no flat view, stay whole, and so does every
+    leaf without ``split`` (a formula that reduces over a leaf's axes); then only the ``i``-th
+    leaves of the first group are counted, and the others may have any shape. Distributed
+    leaves (DTensor shards) and code being compiled (Inductor plans its own buffers) get all
+    the leaves as one block.
 
     Yields:
       Tuples with one list of leaves (or views) per group.
@@ -536,7 +538,8 @@ def blocks(*groups: Leaves) -> Iterator[tuple[Leaves, ...]]:
     elements = 0
     for leaves in zip(*groups, strict=True):
         pieces: Iterable[tuple[torch.Tensor, ...]] = (leaves,)
-        if leaves[0].numel() > BLOCK_ELEMENTS and all(x.is_contiguous() for x in leaves):
+        if (split and leaves[0].numel() > BLOCK_ELEMENTS
+                and all(x.is_contiguous() for x in leaves)):
             pieces = zip(*(x.view(-1).split(BLOCK_ELEMENTS) for x in leaves), strict=True)
         for piece in pieces:
             if elements + piece[0].numel() > BLOCK_ELEMENTS and elements:
