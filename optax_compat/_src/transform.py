@@ -1066,7 +1066,7 @@ def scale_by_novograd(
     eps_root: Scalar = 0.0,
     weight_decay: Scalar = 0.0,
     mu_dtype: Optional[torch.dtype] = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Computes NovoGrad updates: layer-wise normalised gradients with momentum.
 
     Args:
@@ -1078,7 +1078,8 @@ def scale_by_novograd(
       mu_dtype: dtype of the first moment (``None``: that of the params).
 
     Returns:
-      A transformation with a :class:`ScaleByNovogradState`; ``update`` needs ``params``.
+      A transformation with a :class:`ScaleByNovogradState`; ``update`` needs ``params`` and
+      accepts ``inplace``.
 
     References:
       Ginsburg et al, `Stochastic Gradient Methods with Layer-wise Adaptive Moments for
@@ -1101,7 +1102,9 @@ def scale_by_novograd(
             count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
             nu=tm.tree_map(lambda p: torch.zeros((), dtype=p.dtype, device=p.device), params))
 
-    def update_fn(updates, state, params=None):
+    @bb.supports_inplace
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del extra_args
         gs, spec = tm.float_leaves(updates)
         ps = bb.params_leaves(params, spec, updates, "scale_by_novograd")
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
@@ -1112,13 +1115,25 @@ def scale_by_novograd(
         first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
         new_nus = tm.where(first_step, first_nus, bb.update_moment(nus, squared_norms, b2))
         denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
-        additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
-        moments = tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions))
-        new_mus = tm.unflatten(spec, tm.cast(moments, mu_dtype))
-        return new_mus, ScaleByNovogradState(count=count_inc, mu=new_mus,
-                                             nu=tm.unflatten(spec, new_nus))
 
-    return base.GradientTransformation(init_fn, update_fn)
+        def formula(gs: Leaves, mus: Leaves, ps: Leaves, denominators: Leaves,
+                    inplace: bool) -> tuple[Leaves, ...]:
+            """The moments, as updates and as state; ``ps`` and the per-leaf ``denominators``
+            are read only (returned as they are)."""
+            del inplace
+            additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
+            moments = tm.cast(tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions)),
+                              mu_dtype)
+            return moments, moments, ps, denominators
+
+        # Whole leaves, which the per-leaf denominators scale.
+        new_updates, new_mus, _, _ = bb.in_blocks(formula, gs, mus, ps, denominators,
+                                                  inplace=inplace, split=False)
+        return tm.unflatten(spec, new_updates), ScaleByNovogradState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus),
+            nu=tm.unflatten(spec, bb.store(nus, new_nus, inplace)))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ScaleByAdanState(NamedTuple):

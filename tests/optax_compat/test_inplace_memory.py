@@ -152,10 +152,19 @@ def test_inplace_noise_is_drawn_one_leaf_at_a_time():
 def test_inplace_adafactor_works_one_leaf_at_a_time():
     # The factored second moment reduces the squared gradient of each matrix over its rows and
     # columns: whole leaves, so the temporaries span the largest leaf, not the parameters.
+    _check_leaf_by_leaf(lambda: optax.adafactor(1e-3, momentum=0.9))
+
+
+def test_inplace_novograd_works_one_leaf_at_a_time():
+    # Each leaf is divided by a function of its norm: whole leaves again.
+    _check_leaf_by_leaf(lambda: optax.novograd(1e-3))
+
+
+def _check_leaf_by_leaf(make):
     shapes = {**{f"w{i:02d}": (130, 140) for i in range(12)}, "b": (140,), "v": (3, 5)}
     leaf_bytes = 4 * 130 * 140
     param_bytes = 4 * sum(torch.Size(shape).numel() for shape in shapes.values())
-    tx = optax.adafactor(1e-3, momentum=0.9)
+    tx = make()
     params = random_tree(shapes, seed=0)
     state = tx.init(params)
     for seed in (1, 2):
@@ -163,6 +172,6 @@ def test_inplace_adafactor_works_one_leaf_at_a_time():
     grads = random_tree(shapes, seed=3)
     peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
     assert peak <= 4 * leaf_bytes < param_bytes, f"{peak} bytes at peak"
-    assert_inplace_matches_pure(optax.adafactor(1e-3, momentum=0.9), torch.float32,
+    assert_inplace_matches_pure(make(), torch.float32,
                                 params=random_tree(shapes),
                                 grads=[random_tree(shapes, seed=seed) for seed in (1, 2, 3)])
