@@ -379,10 +379,9 @@ def scale_by_rms(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        if bias_correction:
-            count_inc = numerics.safe_increment(state.count)
-            # In the widest dtype of the new second moments, which promote ``nus`` and ``gs``.
-            correction = bb.bias_correction(decay, count_inc, gs + nus)
+        count_inc = numerics.safe_increment(state.count) if bias_correction else None
+        # In the widest dtype of the new second moments, which promote ``nus`` and ``gs``.
+        correction = bb.bias_correction(decay, count_inc, gs + nus) if bias_correction else None
 
         def formula(gs: Leaves, nus: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
             new_nus = _second_moment(nus, gs, decay, inplace)
@@ -463,10 +462,9 @@ def scale_by_stddev(
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        if bias_correction:
-            count_inc = numerics.safe_increment(state.count)
-            # In the widest dtype of the new first moments, which promote ``mus`` and ``gs``.
-            correction = bb.bias_correction(decay, count_inc, gs + mus)
+        count_inc = numerics.safe_increment(state.count) if bias_correction else None
+        # In the widest dtype of the new first moments, which promote ``mus`` and ``gs``.
+        correction = bb.bias_correction(decay, count_inc, gs + mus) if bias_correction else None
 
         def formula(gs: Leaves, mus: Leaves, nus: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
