@@ -4,7 +4,8 @@ A matrix-shaped leaf keeps only the running means of its squared gradient over r
 columns; their outer product (normalised) estimates the full second moment. Other leaves keep
 the full moment, as RMSProp does. All leaves travel together: only the reductions, whose axes
 are leaf-specific, run leaf by leaf; every other operation is one ``torch._foreach_*`` call
-over the statistics of the whole tree.
+over the statistics of the whole tree (in place, of a group of whole leaves at a time, so that
+the squared gradient and the products span a block or the largest leaf, not the parameters).
 """
 
 from __future__ import annotations
