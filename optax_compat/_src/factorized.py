@@ -4,13 +4,15 @@ A matrix-shaped leaf keeps only the running means of its squared gradient over r
 columns; their outer product (normalised) estimates the full second moment. Other leaves keep
 the full moment, as RMSProp does. All leaves travel together: only the reductions, whose axes
 are leaf-specific, run leaf by leaf; every other operation is one ``torch._foreach_*`` call
-over the statistics of the whole tree.
+over the statistics of the whole tree (in place, of a group of whole leaves at a time, so that
+the squared gradient and the products span a block or the largest leaf, not the parameters).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -80,7 +82,7 @@ def scale_by_factored_rms(
     min_dim_size_to_factor: int = 128,
     epsilon: Scalar = 1e-30,
     decay_rate_fn: Callable[[Scalar, Scalar], Scalar] = _decay_rate_pow,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by a factored estimate of the gradient's root mean square (Adafactor).
 
     A "1 + epsilon" memory algorithm: for a matrix leaf it stores one vector per axis instead
@@ -97,7 +99,8 @@ def scale_by_factored_rms(
         ``1 - (step + 1) ** -decay_rate`` by default.
 
     Returns:
-      A :class:`GradientTransformation` that needs ``params`` (their shapes decide factoring).
+      A transformation that needs ``params`` (their shapes decide factoring); its ``update``
+      accepts ``inplace``.
 
     References:
       Shazeer et al, `Adafactor: Adaptive Learning Rates with Sublinear Memory Cost
@@ -141,18 +144,10 @@ def scale_by_factored_rms(
                              v_col=tm.unflatten(spec, tm.reduced_for_storage(v_col)),
                              v=tm.unflatten(spec, v))
 
-    @bb.not_elementwise("factors each matrix by its shape")
-    def update_fn(updates: base.Updates, state: FactoredState,
-                  params: base.Params | None = None):
-        if params is None:
-            raise ValueError(f"scale_by_factored_rms: {bb.NO_PARAMS_MSG}")
-        grads, spec = tm.flatten(updates)
-        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
-        v_row = tm.leaves_like(state.v_row, spec, "state.v_row", reference=updates)
-        v_col = tm.leaves_like(state.v_col, spec, "state.v_col", reference=updates)
-        v = tm.leaves_like(state.v, spec, "state.v", reference=updates)
-        decay = decay_rate_fn(state.count - step_offset, decay_rate)
-
+    def formula(grads: tm.Leaves, param_leaves: tm.Leaves, v_row: tm.Leaves, v_col: tm.Leaves,
+                v: tm.Leaves, decay: Scalar, inplace: bool) -> tuple[tm.Leaves, ...]:
+        """The new updates, the params (read only, returned as they are) and the new state."""
+        del inplace
         dims = [factored_dims_of(p) for p in param_leaves]
         full = [i for i, d in enumerate(dims) if d is None]
         split = [i for i, d in enumerate(dims) if d is not None]
@@ -200,9 +195,31 @@ def scale_by_factored_rms(
         for i, row, col in zip(split, tm.reduced_for_storage(rows), tm.reduced_for_storage(cols),
                                strict=True):
             new_v_row[i], new_v_col[i] = row, col
+        return new_updates, param_leaves, new_v_row, new_v_col, new_v
 
+    @bb.supports_inplace
+
+    @bb.not_elementwise("factors each matrix by its shape")
+    def update_fn(updates: base.Updates, state: FactoredState,
+                  params: base.Params | None = None, *, inplace: bool = False,
+                  **extra_args: Any):
+        del extra_args
+        if params is None:
+            raise ValueError(f"scale_by_factored_rms: {bb.NO_PARAMS_MSG}")
+        grads, spec = tm.flatten(updates)
+        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
+        v_row = tm.leaves_like(state.v_row, spec, "state.v_row", reference=updates)
+        v_col = tm.leaves_like(state.v_col, spec, "state.v_col", reference=updates)
+        v = tm.leaves_like(state.v, spec, "state.v", reference=updates)
+        decay = decay_rate_fn(state.count - step_offset, decay_rate)
+        # In place the formula runs on groups of whole leaves (its reductions span a leaf), so
+        # its temporaries (the squared gradient, the products) span the largest leaf or a
+        # block, whichever is larger.
+        new_updates, _, new_v_row, new_v_col, new_v = bb.in_blocks(
+            functools.partial(formula, decay=decay), grads, param_leaves, v_row, v_col, v,
+            inplace=inplace, split=False)
         return tm.unflatten(spec, new_updates), FactoredState(
             count=numerics.safe_increment(state.count), v_row=tm.unflatten(spec, new_v_row),
             v_col=tm.unflatten(spec, new_v_col), v=tm.unflatten(spec, new_v))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)

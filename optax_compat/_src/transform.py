@@ -269,6 +269,11 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
       tensor([ 0.8452, -0.9535])
     """
 
+    def formula(gs: Leaves, old: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+        del inplace
+        sums = tm.add(tm.abs_sq(gs), old)
+        return tm.mul(_where_positive_rsqrt(sums, eps), gs), sums
+
     def init_fn(params):
         return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
 
@@ -279,10 +284,9 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         old = bb.state_leaves(state.sum_of_squares, spec, updates, "state.sum_of_squares")
-        sums = tm.add(tm.abs_sq(gs), old)
-        scaled = tm.mul(_where_positive_rsqrt(sums, eps), gs)
-        return (tm.unflatten(spec, bb.emit(gs, scaled, inplace)),
-                ScaleByRssState(sum_of_squares=tm.unflatten(spec, bb.store(old, sums, inplace))))
+        scaled, sums = bb.in_blocks(formula, gs, old, inplace=inplace)
+        return (tm.unflatten(spec, scaled),
+                ScaleByRssState(sum_of_squares=tm.unflatten(spec, sums)))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -375,13 +379,16 @@ def scale_by_rms(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        new_nus = _second_moment(nus, gs, decay, inplace)
-        if bias_correction:
-            count_inc = numerics.safe_increment(state.count)
-            nu_hats = bb.debias(new_nus, bb.bias_correction(decay, count_inc, new_nus))
-        else:
-            nu_hats = new_nus
-        scaled = _scale_updates(_rms_scaling(nu_hats, eps, eps_in_sqrt), gs, inplace)
+        count_inc = numerics.safe_increment(state.count) if bias_correction else None
+        # In the widest dtype of the new second moments, which promote ``nus`` and ``gs``.
+        correction = bb.bias_correction(decay, count_inc, gs + nus) if bias_correction else None
+
+        def formula(gs: Leaves, nus: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+            new_nus = _second_moment(nus, gs, decay, inplace)
+            nu_hats = bb.debias(new_nus, correction) if bias_correction else new_nus
+            return _scale_updates(_rms_scaling(nu_hats, eps, eps_in_sqrt), gs, inplace), new_nus
+
+        scaled, new_nus = bb.in_blocks(formula, gs, nus, inplace=inplace)
         nu = tm.unflatten(spec, new_nus)
         new_state = (ScaleByRmsWithCountState(count=count_inc, nu=nu) if bias_correction
                      else ScaleByRmsState(nu=nu))
@@ -455,20 +462,27 @@ def scale_by_stddev(
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        new_mus = bb.update_moment(mus, gs, decay)
-        new_nus = bb.update_moment(nus, tm.abs_sq(gs), decay)
-        mu_hats, nu_hats = new_mus, new_nus
-        if bias_correction:
-            count_inc = numerics.safe_increment(state.count)
-            correction = bb.bias_correction(decay, count_inc, new_mus)
-            mu_hats, nu_hats = bb.debias(new_mus, correction), bb.debias(new_nus, correction)
-        variances = tm.sub(nu_hats, tm.abs_sq(mu_hats))
-        scaled = tm.mul(_rms_scaling(variances, eps, eps_in_sqrt), gs)
-        mu = tm.unflatten(spec, bb.store(mus, new_mus, inplace))
-        nu = tm.unflatten(spec, bb.store(nus, new_nus, inplace))
+        count_inc = numerics.safe_increment(state.count) if bias_correction else None
+        # In the widest dtype of the new first moments, which promote ``mus`` and ``gs``.
+        correction = bb.bias_correction(decay, count_inc, gs + mus) if bias_correction else None
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            new_mus = bb.update_moment(mus, gs, decay)
+            new_nus = bb.update_moment(nus, tm.abs_sq(gs), decay)
+            mu_hats, nu_hats = new_mus, new_nus
+            if bias_correction:
+                mu_hats, nu_hats = bb.debias(new_mus, correction), bb.debias(new_nus, correction)
+            variances = tm.sub(nu_hats, tm.abs_sq(mu_hats))
+            return tm.mul(_rms_scaling(variances, eps, eps_in_sqrt), gs), new_mus, new_nus
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        mu = tm.unflatten(spec, new_mus)
+        nu = tm.unflatten(spec, new_nus)
         new_state = (ScaleByRStdDevWithCountState(count=count_inc, mu=mu, nu=nu)
                      if bias_correction else ScaleByRStdDevState(mu=mu, nu=nu))
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), new_state
+        return tm.unflatten(spec, scaled), new_state
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -540,7 +554,7 @@ def scale_by_amsgrad(
     mu_dtype: Optional[torch.dtype] = None,
     bias_correction_mu: bool = True,
     bias_correction_nu: bool = True,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by AMSGrad: Adam with the running maximum of the second moment.
 
     Args:
@@ -553,7 +567,7 @@ def scale_by_amsgrad(
       bias_correction_nu: bias-correct the second moment before the maximum.
 
     Returns:
-      A transformation with a :class:`ScaleByAmsgradState`.
+      A transformation with a :class:`ScaleByAmsgradState`; ``update`` accepts ``inplace``.
 
     References:
       Reddi et al, `On the Convergence of Adam and Beyond
@@ -575,27 +589,39 @@ def scale_by_amsgrad(
         return ScaleByAmsgradState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
                                    nu=bb.zeros(params), nu_max=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         maxima = bb.state_leaves(state.nu_max, spec, updates, "state.nu_max")
         count_inc = numerics.safe_increment(state.count)
-        moments = bb.update_moment(mus, gs, b1)
-        seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
-        mu_hats = (bb.debias(moments, bb.bias_correction(b1, count_inc, moments))
-                   if bias_correction_mu else moments)
-        nu_effective = (bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-                        if bias_correction_nu else seconds)
-        new_maxima = tm.maximum(maxima, nu_effective)
-        scaled = bb.adam_ratio(mu_hats, new_maxima, eps, eps_root)
-        return tm.unflatten(spec, scaled), ScaleByAmsgradState(
-            count=count_inc, mu=tm.unflatten(spec, tm.cast(moments, mu_dtype)),
-            nu=tm.unflatten(spec, seconds), nu_max=tm.unflatten(spec, new_maxima))
+        # In the widest dtypes of the new moments, which promote ``gs`` with ``mus``, ``nus``.
+        mu_correction = bb.bias_correction(b1, count_inc, gs + mus)
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
 
-    return base.GradientTransformation(init_fn, update_fn)
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves, maxima: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            mu_hats = bb.debias(moments, mu_correction) if bias_correction_mu else moments
+            nu_effective = (bb.debias(seconds, nu_correction) if bias_correction_nu
+                            else seconds)
+            new_maxima = tm.maximum(maxima, nu_effective)
+            return (bb.adam_ratio(mu_hats, new_maxima, eps, eps_root),
+                    tm.cast(moments, mu_dtype), seconds, new_maxima)
+
+        scaled, new_mus, new_nus, new_maxima = bb.in_blocks(formula, gs, mus, nus, maxima,
+                                                            inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAmsgradState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus),
+            nu_max=tm.unflatten(spec, new_maxima))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
@@ -638,12 +664,19 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         count_inc = numerics.safe_increment(state.count)
-        moments = bb.update_moment(mus, gs, b1)
-        maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
-        scaled = tm.div(bb.debias(moments, bb.bias_correction(b1, count_inc, moments)), maxima)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, bb.store(mus, moments, inplace)),
-            nu=tm.unflatten(spec, bb.store(nus, maxima, inplace)))
+        # In the widest dtype of the new moments, which promote ``mus`` and ``gs``.
+        correction = bb.bias_correction(b1, count_inc, gs + mus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
+            return tm.div(bb.debias(moments, correction), maxima), moments, maxima
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -707,6 +740,16 @@ def scale_by_lion(
             return list(torch._foreach_tanh(tm.mul(xs, smooth_beta)))
         return [torch.where(x.abs() >= 1.0, x.sign(), x) for x in xs]  # NaN stays NaN
 
+    def formula(gs: Leaves, mus: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+        fast = (bb.is_number(b1) and bb.is_number(b2) and tm.same_dtypes(mus, gs)
+                and not tm.is_recording(mus, gs))
+        # ``mixed`` is a fresh buffer that the sign may then overwrite when nothing is
+        # differentiated.
+        scaled = direction(bb.update_moment(mus, gs, b1), inplace=fast)
+        if fast:
+            return scaled, tm.moving_average(mus, gs, b2, inplace=inplace)
+        return scaled, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype)
+
     def init_fn(params):
         return ScaleByLionState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype))
 
@@ -717,17 +760,8 @@ def scale_by_lion(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
-        fast = (bb.is_number(b1) and bb.is_number(b2) and tm.same_dtypes(mus, gs)
-                and not tm.is_recording(mus, gs))
-        # ``mixed`` is a fresh buffer that the sign may then overwrite when nothing is
-        # differentiated.
-        mixed = bb.update_moment(mus, gs, b1)
-        scaled = direction(mixed, inplace=fast)
-        if fast:
-            new_mus = tm.moving_average(mus, gs, b2, inplace=inplace)
-        else:
-            new_mus = bb.store(mus, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype), inplace)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByLionState(
+        scaled, new_mus = bb.in_blocks(formula, gs, mus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByLionState(
             count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus))
 
     return _with_extra_args(init_fn, update_fn)
@@ -748,7 +782,7 @@ def scale_by_belief(
     eps_root: Scalar = 1e-16,
     *,
     nesterov: bool = False,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by AdaBelief: the first moment over the variance of its prediction error.
 
     Args:
@@ -759,7 +793,7 @@ def scale_by_belief(
       nesterov: use Nesterov's look-ahead first moment.
 
     Returns:
-      A transformation with a :class:`ScaleByBeliefState`.
+      A transformation with a :class:`ScaleByBeliefState`; ``update`` accepts ``inplace``.
 
     References:
       Zhuang et al, `AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
@@ -780,23 +814,33 @@ def scale_by_belief(
         return ScaleByBeliefState(count=bb.zero_count(params), mu=bb.zeros(params),
                                   nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        moments = bb.update_moment(mus, gs, b1)
-        errors = tm.sub(gs, moments)
-        seconds = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
         count_inc = numerics.safe_increment(state.count)
-        mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
-        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-        scaled = bb.adam_ratio(mu_hats, nu_hats, eps, 0.0)
-        return tm.unflatten(spec, scaled), ScaleByBeliefState(
-            count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
+        # In the widest dtype of the new second moments, which promote all three.
+        nu_correction = bb.bias_correction(b2, count_inc, gs + mus + nus)
 
-    return base.GradientTransformation(init_fn, update_fn)
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            errors = tm.sub(gs, moments)
+            seconds = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+            mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+            scaled = bb.adam_ratio(mu_hats, bb.debias(seconds, nu_correction), eps, 0.0)
+            return scaled, moments, seconds
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByBeliefState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 def scale_by_yogi(
@@ -805,7 +849,7 @@ def scale_by_yogi(
     eps: Scalar = 1e-3,
     eps_root: Scalar = 0.0,
     initial_accumulator_value: Scalar = 1e-6,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by Yogi: Adam whose second moment moves additively, by the sign of the gap.
 
     Args:
@@ -816,7 +860,7 @@ def scale_by_yogi(
       initial_accumulator_value: starting value of both moments (positive).
 
     Returns:
-      A transformation with a :class:`ScaleByAdamState`.
+      A transformation with a :class:`ScaleByAdamState`; ``update`` accepts ``inplace``.
 
     References:
       Zaheer et al, `Adaptive Methods for Nonconvex Optimization
@@ -839,24 +883,35 @@ def scale_by_yogi(
                                 mu=bb.full(params, initial_accumulator_value),
                                 nu=bb.full(params, initial_accumulator_value))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        moments = bb.update_moment(mus, gs, b1)
-        squares = tm.abs_sq(gs)
-        steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
-        seconds = tm.sub(nus, tm.mul(steps, squares))
         count_inc = numerics.safe_increment(state.count)
-        mu_hats = bb.debias(moments, bb.bias_correction(b1, count_inc, moments))
-        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-        scaled = bb.adam_ratio(mu_hats, nu_hats, eps, eps_root)
+        # In the widest dtypes of the new moments, which promote ``gs`` with ``mus``, ``nus``.
+        mu_correction = bb.bias_correction(b1, count_inc, gs + mus)
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            squares = tm.abs_sq(gs)
+            steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
+            seconds = tm.sub(nus, tm.mul(steps, squares))
+            scaled = bb.adam_ratio(bb.debias(moments, mu_correction),
+                                   bb.debias(seconds, nu_correction), eps, eps_root)
+            return scaled, moments, seconds
+
+        scaled, moments, seconds = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByAdamState(
             count=count_inc, mu=tm.unflatten(spec, moments), nu=tm.unflatten(spec, seconds))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 def scale_by_radam(
@@ -909,22 +964,28 @@ def scale_by_radam(
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        moments = bb.update_moment(mus, gs, b1)
-        seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_increment(state.count)
         steps = count_inc.to(tm.widest_real_dtype(gs))
         b2t = b2 ** steps
         ro = ro_inf - 2 * steps * b2t / (1 - b2t)
         rectifier = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf
                                / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
-        mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
-        nu_hats = bb.debias(seconds, bb.bias_correction(b2, count_inc, seconds))
-        adaptive = bb.adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)), nu_hats,
-                               eps, eps_root)
-        scaled = tm.where(ro >= threshold, adaptive, mu_hats)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, bb.store(mus, moments, inplace)),
-            nu=tm.unflatten(spec, bb.store(nus, seconds, inplace)))
+        # In the widest dtype of the new second moments, which promote ``nus`` and ``gs``.
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
+
+        def formula(gs: Leaves, mus: Leaves, nus: Leaves,
+                    inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+            del inplace
+            moments = bb.update_moment(mus, gs, b1)
+            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
+            adaptive = bb.adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)),
+                                     bb.debias(seconds, nu_correction), eps, eps_root)
+            return tm.where(ro >= threshold, adaptive, mu_hats), moments, seconds
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdamState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -962,6 +1023,14 @@ def scale_by_adadelta(rho: Scalar = 0.9,
       tensor([ 0.0032, -0.0032])
     """
 
+    def formula(gs: Leaves, e_gs: Leaves, e_xs: Leaves,
+                inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+        del inplace
+        new_e_gs = bb.update_moment(e_gs, tm.square(gs), rho)
+        ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
+        scaled = tm.mul(ratios, gs)
+        return scaled, new_e_gs, bb.update_moment(e_xs, tm.square(scaled), rho)
+
     def init_fn(params):
         return ScaleByAdaDeltaState(e_g=bb.zeros(params), e_x=bb.zeros(params))
 
@@ -973,13 +1042,9 @@ def scale_by_adadelta(rho: Scalar = 0.9,
         gs, spec = tm.float_leaves(updates)
         e_gs = bb.state_leaves(state.e_g, spec, updates, "state.e_g")
         e_xs = bb.state_leaves(state.e_x, spec, updates, "state.e_x")
-        new_e_gs = bb.update_moment(e_gs, tm.square(gs), rho)
-        ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
-        scaled = tm.mul(ratios, gs)
-        new_e_xs = bb.update_moment(e_xs, tm.square(scaled), rho)
-        return tm.unflatten(spec, bb.emit(gs, scaled, inplace)), ScaleByAdaDeltaState(
-            e_g=tm.unflatten(spec, bb.store(e_gs, new_e_gs, inplace)),
-            e_x=tm.unflatten(spec, bb.store(e_xs, new_e_xs, inplace)))
+        scaled, new_e_gs, new_e_xs = bb.in_blocks(formula, gs, e_gs, e_xs, inplace=inplace)
+        return tm.unflatten(spec, scaled), ScaleByAdaDeltaState(
+            e_g=tm.unflatten(spec, new_e_gs), e_x=tm.unflatten(spec, new_e_xs))
 
     return _with_extra_args(init_fn, update_fn)
 
@@ -999,7 +1064,7 @@ def scale_by_novograd(
     eps_root: Scalar = 0.0,
     weight_decay: Scalar = 0.0,
     mu_dtype: Optional[torch.dtype] = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Computes NovoGrad updates: layer-wise normalised gradients with momentum.
 
     Args:
@@ -1011,7 +1076,8 @@ def scale_by_novograd(
       mu_dtype: dtype of the first moment (``None``: that of the params).
 
     Returns:
-      A transformation with a :class:`ScaleByNovogradState`; ``update`` needs ``params``.
+      A transformation with a :class:`ScaleByNovogradState`; ``update`` needs ``params`` and
+      accepts ``inplace``.
 
     References:
       Ginsburg et al, `Stochastic Gradient Methods with Layer-wise Adaptive Moments for
@@ -1034,7 +1100,9 @@ def scale_by_novograd(
             count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype),
             nu=tm.tree_map(lambda p: torch.zeros((), dtype=p.dtype, device=p.device), params))
 
-    def update_fn(updates, state, params=None):
+    @bb.supports_inplace
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del extra_args
         gs, spec = tm.float_leaves(updates)
         ps = bb.params_leaves(params, spec, updates, "scale_by_novograd")
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
@@ -1045,13 +1113,25 @@ def scale_by_novograd(
         first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
         new_nus = tm.where(first_step, first_nus, bb.update_moment(nus, squared_norms, b2))
         denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
-        additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
-        moments = tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions))
-        new_mus = tm.unflatten(spec, tm.cast(moments, mu_dtype))
-        return new_mus, ScaleByNovogradState(count=count_inc, mu=new_mus,
-                                             nu=tm.unflatten(spec, new_nus))
 
-    return base.GradientTransformation(init_fn, update_fn)
+        def formula(gs: Leaves, mus: Leaves, ps: Leaves, denominators: Leaves,
+                    inplace: bool) -> tuple[Leaves, ...]:
+            """The moments, as updates and as state; ``ps`` and the per-leaf ``denominators``
+            are read only (returned as they are)."""
+            del inplace
+            additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
+            moments = tm.cast(tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions)),
+                              mu_dtype)
+            return moments, moments, ps, denominators
+
+        # Whole leaves, which the per-leaf denominators scale.
+        new_updates, new_mus, _, _ = bb.in_blocks(formula, gs, mus, ps, denominators,
+                                                  inplace=inplace, split=False)
+        return tm.unflatten(spec, new_updates), ScaleByNovogradState(
+            count=count_inc, mu=tm.unflatten(spec, new_mus),
+            nu=tm.unflatten(spec, bb.store(nus, new_nus, inplace)))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ScaleByAdanState(NamedTuple):
@@ -1070,7 +1150,7 @@ def scale_by_adan(
     b3: Scalar = 0.99,
     eps: Scalar = 1e-8,
     eps_root: Scalar = 0.0,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by Adan (Algorithm 1 of the paper): Nesterov-accelerated adaptive moments.
 
     Args:
@@ -1081,7 +1161,7 @@ def scale_by_adan(
       eps_root: added inside the square root.
 
     Returns:
-      A transformation with a :class:`ScaleByAdanState`.
+      A transformation with a :class:`ScaleByAdanState`; ``update`` accepts ``inplace``.
 
     References:
       Xie et al, `Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep
@@ -1102,30 +1182,47 @@ def scale_by_adan(
         return ScaleByAdanState(m=bb.zeros(params), v=bb.zeros(params), n=bb.zeros(params),
                                 g=bb.zeros(params), t=bb.zero_count(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         ms = bb.state_leaves(state.m, spec, updates, "state.m")
         vs = bb.state_leaves(state.v, spec, updates, "state.v")
         ns = bb.state_leaves(state.n, spec, updates, "state.n")
         previous = bb.state_leaves(state.g, spec, updates, "state.g")
-        differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
-        new_ms = bb.update_moment(ms, gs, b1)
-        new_vs = bb.update_moment(vs, differences, b2)
-        new_ns = bb.update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)), b3)
         t = numerics.safe_increment(state.t)
-        m_hats = bb.debias(new_ms, bb.bias_correction(b1, t, new_ms))
-        v_hats = bb.debias(new_vs, bb.bias_correction(b2, t, new_vs))
-        n_hats = bb.debias(new_ns, bb.bias_correction(b3, t, new_ns))
-        scaled = bb.adam_ratio(tm.add_scaled(m_hats, 1 - b2, v_hats), n_hats, eps, eps_root)
-        # The gradient is kept for the next difference: a copy, so that later in-place
-        # writes into the caller's gradient buffers cannot change the state.
+        # In the widest dtype of each new moment: ``gs`` promoted with ``ms``, ``vs`` (and
+        # ``previous``, in the differences), ``ns``.
+        m_correction = bb.bias_correction(b1, t, gs + ms)
+        v_correction = bb.bias_correction(b2, t, gs + previous + vs)
+        n_correction = bb.bias_correction(b3, t, gs + previous + ns)
+
+        def formula(gs: Leaves, ms: Leaves, vs: Leaves, ns: Leaves, previous: Leaves,
+                    inplace: bool) -> tuple[Leaves, ...]:
+            differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
+            new_ms = bb.update_moment(ms, gs, b1)
+            new_vs = bb.update_moment(vs, differences, b2)
+            new_ns = bb.update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)),
+                                      b3)
+            m_hats = bb.debias(new_ms, m_correction)
+            n_hats = bb.debias(new_ns, n_correction)
+            scaled = bb.adam_ratio(
+                tm.add_scaled(m_hats, 1 - b2, bb.debias(new_vs, v_correction)), n_hats, eps,
+                eps_root)
+            # The gradient is kept for the next difference: in place it is copied into the
+            # state's buffer; else a copy is kept, so that later in-place writes into the
+            # caller's gradient buffers cannot change the state.
+            return scaled, new_ms, new_vs, new_ns, gs if inplace else tm.clone(gs)
+
+        scaled, new_ms, new_vs, new_ns, new_previous = bb.in_blocks(
+            formula, gs, ms, vs, ns, previous, inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByAdanState(
             m=tm.unflatten(spec, new_ms), v=tm.unflatten(spec, new_vs),
-            n=tm.unflatten(spec, new_ns), g=tm.unflatten(spec, tm.clone(gs)), t=t)
+            n=tm.unflatten(spec, new_ns), g=tm.unflatten(spec, new_previous), t=t)
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1133,25 +1230,28 @@ def scale_by_adan(
 
 
 def _scale_by_block_statistic(statistics: Callable[[Leaves], Leaves],
-                              name: str) -> base.GradientTransformation:
+                              name: str) -> base.GradientTransformationExtraArgs:
     """Multiplies each update leaf by its entry of ``statistics(param_leaves)`` (0-d tensors)."""
 
-    def update_fn(updates, state, params=None):
+    @bb.supports_inplace
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del extra_args
         gs, spec = tm.float_leaves(updates)
-        ps = bb.params_leaves(params, spec, updates, name)
-        return tm.unflatten(spec, tm.mul(gs, statistics(ps))), state
+        factors = statistics(bb.params_leaves(params, spec, updates, name))
+        return tm.unflatten(spec, tm.mul_(gs, factors) if inplace else tm.mul(gs, factors)), state
 
-    return base.GradientTransformation(base.init_empty_state, update_fn)
+    return _with_extra_args(base.init_empty_state, update_fn)
 
 
-def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
+def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransformationExtraArgs:
     """Scales each update leaf by the norm of its parameter block (at least ``min_scale``).
 
     Args:
       min_scale: lower bound of the scaling factor.
 
     Returns:
-      A stateless transformation whose ``update`` needs ``params``.
+      A stateless transformation whose ``update`` needs ``params`` and accepts
+      ``inplace``.
 
     Examples:
       >>> import torch
@@ -1171,14 +1271,15 @@ def scale_by_param_block_norm(min_scale: Scalar = 1e-3) -> base.GradientTransfor
         "scale_by_param_block_norm")
 
 
-def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransformation:
+def scale_by_param_block_rms(min_scale: Scalar = 1e-3) -> base.GradientTransformationExtraArgs:
     """Scales each update leaf by the root mean square of its parameter block.
 
     Args:
       min_scale: lower bound of the scaling factor.
 
     Returns:
-      A stateless transformation whose ``update`` needs ``params``.
+      A stateless transformation whose ``update`` needs ``params`` and accepts
+      ``inplace``.
 
     Examples:
       >>> import torch
@@ -1208,7 +1309,7 @@ def scale_by_trust_ratio(
     min_norm: Scalar = 0.0,
     trust_coefficient: Scalar = 1.0,
     eps: Scalar = 0.0,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales each update leaf by the trust ratio ``|param| / |update|`` of its block.
 
     Used by :func:`optax_compat.lars`, :func:`optax_compat.lamb` and
@@ -1220,7 +1321,8 @@ def scale_by_trust_ratio(
       eps: added to the update norm in the denominator.
 
     Returns:
-      A stateless transformation whose ``update`` needs ``params``.
+      A stateless transformation whose ``update`` needs ``params`` and accepts
+      ``inplace``.
 
     References:
       You et al, `Large Batch Training of Convolutional Networks
@@ -1237,7 +1339,9 @@ def scale_by_trust_ratio(
       tensor([ 1., -2.])
     """
 
-    def update_fn(updates, state, params=None):
+    @bb.supports_inplace
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del extra_args
         gs, spec = tm.float_leaves(updates)
         ps = bb.params_leaves(params, spec, updates, "scale_by_trust_ratio")
         if not gs:
@@ -1249,9 +1353,10 @@ def scale_by_trust_ratio(
         ratios = torch.where((param_norms == 0) | (update_norms == 0),
                              torch.ones_like(ratios), ratios)
         factors = [r.to(g.dtype) for r, g in zip(ratios.unbind(), gs)]
-        return tm.unflatten(spec, tm.mul(gs, factors)), state
+        scaled = tm.mul_(gs, factors) if inplace else tm.mul(gs, factors)
+        return tm.unflatten(spec, scaled), state
 
-    return base.GradientTransformation(base.init_empty_state, update_fn)
+    return _with_extra_args(base.init_empty_state, update_fn)
 
 
 class ScaleByRpropState(NamedTuple):
@@ -1267,7 +1372,7 @@ def scale_by_rprop(
     eta_plus: Scalar = 1.2,
     min_step_size: Scalar = 1e-6,
     max_step_size: Scalar = 50.0,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales updates by Rprop: per-element step sizes adapted to sign agreements.
 
     Args:
@@ -1278,7 +1383,7 @@ def scale_by_rprop(
       max_step_size: upper bound of the step sizes.
 
     Returns:
-      A transformation with a :class:`ScaleByRpropState`.
+      A transformation with a :class:`ScaleByRpropState`; ``update`` accepts ``inplace``.
 
     References:
       Riedmiller and Braun, `A Direct Adaptive Method for Faster Backpropagation Learning:
@@ -1299,12 +1404,9 @@ def scale_by_rprop(
         return ScaleByRpropState(step_sizes=bb.full(params, learning_rate),
                                  prev_updates=bb.zeros(params))
 
-    @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
-        gs, spec = tm.float_leaves(updates)
-        steps = bb.state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
-        previous = bb.state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
+    def formula(gs: Leaves, steps: Leaves, previous: Leaves,
+                inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
+        del inplace
         agreements = tm.mul(gs, previous)
         new_steps = [
             torch.where(a == 0, s, torch.clamp(torch.where(a > 0, s * eta_plus, s * eta_minus),
@@ -1314,11 +1416,23 @@ def scale_by_rprop(
                         for a, sign, s in zip(agreements, tm.sign(gs), new_steps)]
         # As in Optax 0.2.8, the emitted update is the previous step's, zeroed on a sign flip.
         scaled = [torch.where(a < 0, torch.zeros_like(p), p) for a, p in zip(agreements, previous)]
+        return scaled, new_steps, new_previous
+
+    @bb.supports_inplace
+
+    @bb.elementwise
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        steps = bb.state_leaves(state.step_sizes, spec, updates, "state.step_sizes")
+        previous = bb.state_leaves(state.prev_updates, spec, updates, "state.prev_updates")
+        scaled, new_steps, new_previous = bb.in_blocks(formula, gs, steps, previous,
+                                                       inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByRpropState(
             step_sizes=tm.unflatten(spec, new_steps),
             prev_updates=tm.unflatten(spec, new_previous))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ApplyEvery(NamedTuple):
@@ -1517,7 +1631,7 @@ class ScaleByOptimisticGradientState(NamedTuple):
 
 
 def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
-                                 beta: Scalar = 1.0) -> base.GradientTransformation:
+                                 beta: Scalar = 1.0) -> base.GradientTransformationExtraArgs:
     """Computes generalized optimistic gradients: ``(alpha + beta) * g_t - beta * g_{t-1}``.
 
     At the first step the previous gradient is the current one.
@@ -1527,7 +1641,8 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
       beta: coefficient of the negative momentum.
 
     Returns:
-      A transformation with a :class:`ScaleByOptimisticGradientState`.
+      A transformation with a :class:`ScaleByOptimisticGradientState`; ``update`` accepts
+      ``inplace``.
 
     References:
       Mokhtari et al, `A Unified Analysis of Extra-gradient and Optimistic Gradient Methods
@@ -1549,19 +1664,28 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
             is_initial_step=torch.ones((), dtype=torch.bool, device=bb.device_of(params)),
             previous_gradient=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates, state, params=None):
-        del params
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         previous = bb.state_leaves(state.previous_gradient, spec, updates,
                                  "state.previous_gradient")
-        previous = tm.where(state.is_initial_step, gs, previous)
-        scaled = tm.sub(tm.mul(gs, alpha + beta), tm.mul(previous, beta))
+
+        def formula(gs: Leaves, previous: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
+            previous = tm.where(state.is_initial_step, gs, previous)
+            scaled = tm.sub(tm.mul(gs, alpha + beta), tm.mul(previous, beta))
+            # In place the gradient is copied into the state's buffer; else a copy is kept, so
+            # that later in-place writes into the caller's gradient cannot change the state.
+            return scaled, gs if inplace else tm.clone(gs)
+
+        scaled, new_previous = bb.in_blocks(formula, gs, previous, inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByOptimisticGradientState(
             is_initial_step=torch.zeros_like(state.is_initial_step),
-            previous_gradient=tm.unflatten(spec, tm.clone(gs)))
+            previous_gradient=tm.unflatten(spec, new_previous))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ScaleByDistanceOverGradientsState(NamedTuple):

@@ -24,7 +24,7 @@ def scale_by_acprop(
     b2: Scalar = 0.999,
     eps: Scalar = 1e-16,
     eps_root: Scalar = 1e-16,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Rescales updates by ACProp: the gradient over the root of the *previous* belief moment.
 
     See :func:`acprop` for the algorithm.
@@ -37,7 +37,8 @@ def scale_by_acprop(
         through the update).
 
     Returns:
-      A transformation whose state is a :class:`~optax_compat.ScaleByBeliefState`.
+      A transformation whose state is a :class:`~optax_compat.ScaleByBeliefState`; its
+      ``update`` accepts ``inplace``.
 
     Examples:
       >>> import torch
@@ -55,29 +56,38 @@ def scale_by_acprop(
                                             mu=bb.zeros(params),
                                             nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
     def update_fn(updates: base.Updates, state: transform.ScaleByBeliefState,
-                  params: Optional[base.Params] = None):
-        del params
+                  params: Optional[base.Params] = None, *, inplace: bool = False,
+                  **extra_args: Any):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        new_mus = bb.update_moment(mus, gs, b1)
-        # The prediction error is measured against the moment *before* this gradient.
-        errors = tm.sub(gs, mus)
-        new_nus = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
         count_inc = numerics.safe_increment(state.count)
         # The denominator uses the previous moment; at the first step (no moment yet) it is
         # one, and the bias correction uses count 1 there so nothing divides by zero.
         initial = state.count == 0
         previous_count = torch.where(initial, count_inc, state.count)
-        nu_hats = bb.debias(nus, bb.bias_correction(b2, previous_count, nus))
-        nu_hats = [torch.where(initial, 1.0, nu_hat) for nu_hat in nu_hats]
-        scaled = tm.div(gs, tm.add(tm.sqrt(nu_hats), eps))
+        correction = bb.bias_correction(b2, previous_count, nus)
+
+        def formula(gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
+                    inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
+            del inplace
+            new_mus = bb.update_moment(mus, gs, b1)
+            # The prediction error is measured against the moment *before* this gradient.
+            errors = tm.sub(gs, mus)
+            new_nus = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+            nu_hats = [torch.where(initial, 1.0, nu_hat) for nu_hat in bb.debias(nus, correction)]
+            return tm.div(gs, tm.add(tm.sqrt(nu_hats), eps)), new_mus, new_nus
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
         return tm.unflatten(spec, scaled), transform.ScaleByBeliefState(
             count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def acprop(

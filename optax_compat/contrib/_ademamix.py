@@ -58,7 +58,7 @@ def scale_by_ademamix(
     eps: Scalar = 1e-8,
     eps_root: Scalar = 0.0,
     mu_dtype: Optional[torch.dtype] = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Rescales updates by AdEMAMix: ``(m1_hat + alpha * m2) / (sqrt(nu_hat + eps_root) + eps)``.
 
     See :func:`ademamix` for the algorithm. The slow EMA ``m2`` is not bias-corrected.
@@ -74,7 +74,7 @@ def scale_by_ademamix(
         params); as in Optax the updated accumulators take the promoted dtype.
 
     Returns:
-      A transformation with a :class:`ScaleByAdemamixState`.
+      A transformation with a :class:`ScaleByAdemamixState`; ``update`` accepts ``inplace``.
 
     References:
       Pagliardini et al, `The AdEMAMix Optimizer: Better, Faster, Older
@@ -98,29 +98,42 @@ def scale_by_ademamix(
             m1=bb.zeros(params, mu_dtype), m2=bb.zeros(params, mu_dtype),
             nu=bb.zeros(params, mu_dtype))
 
+    @bb.supports_inplace
+
     @bb.elementwise
     def update_fn(updates: base.Updates, state: ScaleByAdemamixState,
-                  params: Optional[base.Params] = None):
-        del params
+                  params: Optional[base.Params] = None, *, inplace: bool = False,
+                  **extra_args: Any):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         m1s = bb.state_leaves(state.m1, spec, updates, "state.m1")
         m2s = bb.state_leaves(state.m2, spec, updates, "state.m2")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         slow_decay = _value_at(b3, state.count_m2)
         mixing = _value_at(alpha, state.count_m2)
-        new_m1s = bb.update_moment(m1s, gs, b1)
-        new_m2s = bb.update_moment(m2s, gs, slow_decay)
-        new_nus = bb.update_moment(nus, tm.abs_sq(gs), b2)
         count_inc = numerics.safe_int32_increment(state.count)
         count_m2_inc = numerics.safe_int32_increment(state.count_m2)
-        m1_hats = bb.debias(new_m1s, bb.bias_correction(b1, count_inc, new_m1s))
-        nu_hats = bb.debias(new_nus, bb.bias_correction(b2, count_inc, new_nus))
-        scaled = bb.adam_ratio(_mix(m1_hats, mixing, new_m2s), nu_hats, eps, eps_root)
+        # In the widest dtypes of the new moments, which promote ``gs`` with ``m1s``, ``nus``.
+        m1_correction = bb.bias_correction(b1, count_inc, gs + m1s)
+        nu_correction = bb.bias_correction(b2, count_inc, gs + nus)
+
+        def formula(gs: tm.Leaves, m1s: tm.Leaves, m2s: tm.Leaves, nus: tm.Leaves,
+                    inplace: bool) -> tuple[tm.Leaves, ...]:
+            del inplace
+            new_m1s = bb.update_moment(m1s, gs, b1)
+            new_m2s = bb.update_moment(m2s, gs, slow_decay)
+            new_nus = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            scaled = bb.adam_ratio(_mix(bb.debias(new_m1s, m1_correction), mixing, new_m2s),
+                                   bb.debias(new_nus, nu_correction), eps, eps_root)
+            return scaled, new_m1s, new_m2s, new_nus
+
+        scaled, new_m1s, new_m2s, new_nus = bb.in_blocks(formula, gs, m1s, m2s, nus,
+                                                         inplace=inplace)
         return tm.unflatten(spec, scaled), ScaleByAdemamixState(
             count=count_inc, count_m2=count_m2_inc, m1=tm.unflatten(spec, new_m1s),
             m2=tm.unflatten(spec, new_m2s), nu=tm.unflatten(spec, new_nus))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def ademamix(

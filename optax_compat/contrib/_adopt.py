@@ -45,7 +45,7 @@ def scale_by_adopt(
     nesterov: bool = False,
     use_clipping: bool = True,
     clip_value_fn: Callable[[torch.Tensor], torch.Tensor] = _default_clip_value,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Rescales updates by ADOPT.
 
     The gradient is normalised by the root of the second moment *before* this gradient
@@ -65,7 +65,8 @@ def scale_by_adopt(
         precision of the updates (Optax passes JAX's default float implicitly).
 
     Returns:
-      A transformation whose state is a :class:`~optax_compat.ScaleByAdamState`.
+      A transformation whose state is a :class:`~optax_compat.ScaleByAdamState`; its
+      ``update`` accepts ``inplace``.
 
     Examples:
       >>> import torch
@@ -84,30 +85,39 @@ def scale_by_adopt(
                                           mu=bb.zeros(params, mu_dtype),
                                           nu=bb.zeros(params))
 
+    @bb.supports_inplace
+
     @bb.elementwise
     def update_fn(updates: base.Updates, state: transform.ScaleByAdamState,
-                  params: Optional[base.Params] = None):
-        del params
+                  params: Optional[base.Params] = None, *, inplace: bool = False,
+                  **extra_args: Any):
+        del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
         dtype = tm.widest_real_dtype(gs)
         b1_now = _after_first_step(state.count, b1, 1.0, dtype)
         b2_now = _after_first_step(state.count, b2, 0.0, dtype)
-        new_nus = tm.ema_in_dtypes(nus, tm.abs_sq(gs), b2_now)
-        normalised = tm.div(gs, tm.maximum(tm.sqrt(nus), eps))
-        if use_clipping:
-            bounds = _per_leaf(tm.scalar_like(clip_value_fn(state.count.to(dtype)), normalised),
-                               len(normalised))
-            normalised = tm.minimum(tm.maximum(normalised, [-b for b in bounds]), bounds)
-        new_mus = tm.ema_in_dtypes(mus, normalised, b1_now)
-        scaled = tm.ema_in_dtypes(new_mus, normalised, b1_now) if nesterov else new_mus
-        count_inc = numerics.safe_increment(state.count)
+        clip_value = clip_value_fn(state.count.to(dtype)) if use_clipping else None
+
+        def formula(gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
+                    inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
+            del inplace
+            new_nus = tm.ema_in_dtypes(nus, tm.abs_sq(gs), b2_now)
+            normalised = tm.div(gs, tm.maximum(tm.sqrt(nus), eps))
+            if use_clipping:
+                bounds = _per_leaf(tm.scalar_like(clip_value, normalised), len(normalised))
+                normalised = tm.minimum(tm.maximum(normalised, [-b for b in bounds]), bounds)
+            new_mus = tm.ema_in_dtypes(mus, normalised, b1_now)
+            scaled = tm.ema_in_dtypes(new_mus, normalised, b1_now) if nesterov else new_mus
+            return scaled, tm.cast(new_mus, mu_dtype), new_nus
+
+        scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)
         return tm.unflatten(spec, scaled), transform.ScaleByAdamState(
-            count=count_inc, mu=tm.unflatten(spec, tm.cast(new_mus, mu_dtype)),
+            count=numerics.safe_increment(state.count), mu=tm.unflatten(spec, new_mus),
             nu=tm.unflatten(spec, new_nus))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def adopt(

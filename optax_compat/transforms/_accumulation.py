@@ -107,7 +107,7 @@ def ema(
     decay: float | torch.Tensor,
     debias: bool = True,
     accumulator_dtype: Any | None = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Computes an exponential moving average of past updates.
 
     Args:
@@ -116,7 +116,9 @@ def ema(
       accumulator_dtype: dtype of the stored average; ``None`` keeps the dtype of the updates.
 
     Returns:
-      A :class:`GradientTransformation`.
+      A :class:`GradientTransformationExtraArgs`. Its ``update`` also takes a keyword-only
+      ``inplace=False``: when true, the average buffers of ``state`` are overwritten and the
+      incoming ``updates`` tensors receive the result (same numbers as the pure path).
 
     Examples:
       >>> import torch
@@ -134,11 +136,23 @@ def ema(
         return EmaState(count=bb.zero_count(params),
                         ema=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
 
+    @bb.supports_inplace
+
     @bb.elementwise
-    def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None):
-        del params
+    def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None,
+                  *, inplace: bool = False, **extra_args: Any):
+        del params, extra_args
         grads, spec = tm.flatten(updates)
         moments = tm.leaves_like(state.ema, spec, "state.ema", reference=updates)
+        count_inc = numerics.safe_increment(state.count)
+        if (inplace and bb.is_number(decay) and all(map(tm.is_inexact, grads))
+                and tm.same_dtypes(grads, moments) and not tm.is_recording(grads, moments)):
+            # ``tm.ema``'s kernels, in the updates' buffers.
+            tm.add_scaled_(tm.mul_(grads, 1 - decay), decay, moments)
+            tm.copy_(moments, grads)
+            if debias and grads:
+                tm.div_(grads, _tree_math.bias_correction_factor(grads, decay, count_inc))
+            return updates, EmaState(count=count_inc, ema=state.ema)
         if not all(map(tm.is_inexact, grads)):
             # A bool or integer measurement (``measure_with_ema``) meets the weak decay: JAX
             # computes in its default float.
@@ -148,12 +162,11 @@ def ema(
         else:
             new_ema = tm.unflatten(spec, tm.add(tm.mul(grads, 1 - decay),
                                                 _scaled_in_own_dtype(moments, decay)))
-        count_inc = numerics.safe_increment(state.count)
         updates = _tree_math.tree_bias_correction(new_ema, decay, count_inc) if debias else new_ema
         return updates, EmaState(count=count_inc,
                                  ema=_casting.tree_cast(new_ema, accumulator_dtype))
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 # ----------------------------------------------------------------------------------------------

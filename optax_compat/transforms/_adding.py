@@ -98,7 +98,7 @@ def add_noise(
     key: utils.KeyLike | None = None,
     *,
     seed: int | None = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Adds annealed Gaussian noise of variance ``eta / (1 + t) ** gamma`` to the updates.
 
     Args:
@@ -108,7 +108,8 @@ def add_noise(
       seed: deprecated alias of ``key``.
 
     Returns:
-      A :class:`GradientTransformation` whose state carries the key and the step count. The
+      A :class:`GradientTransformationExtraArgs` whose state carries the key and the step
+      count (its ``update`` accepts ``inplace``: one leaf's noise at a time). The
       noise of a step is a pure function of both (counter-based, see
       :mod:`optax_compat._src.counter_random`): the stream is reproducible, nothing is read on
       the host, and ``update`` compiles without graph breaks and runs on ``meta`` tensors.
@@ -138,16 +139,25 @@ def add_noise(
         count = bb.zero_count(params)
         return AddNoiseState(count=count, rng_key=initial_key.to(count.device, copy=True))
 
+    @bb.supports_inplace
     def update_fn(updates: base.Updates, state: AddNoiseState,
-                  params: base.Params | None = None):
-        del params
+                  params: base.Params | None = None, *, inplace: bool = False,
+                  **extra_args: Any):
+        del params, extra_args
         count_inc = numerics.safe_increment(state.count)
         dtype = tm.widest_real_dtype(tm.leaves(updates))
         standard_deviation = torch.sqrt(eta / count_inc.to(dtype) ** gamma)
         leaves, spec = tm.flatten(updates)
+        new_state = AddNoiseState(count=count_inc, rng_key=state.rng_key)
+        if inplace and not tm.is_recording(leaves):
+            # One leaf's noise at a time (the kernels of the pure path): the temporary spans the
+            # largest leaf, not the parameters.
+            for i, x in enumerate(leaves):
+                noise = counter_random.normal_like(state.rng_key, state.count, i, x)
+                tm.add_([x], tm.mul_([noise], standard_deviation))
+            return updates, new_state
         noise = tm.unflatten(spec, [counter_random.normal_like(state.rng_key, state.count, i, x)
                                     for i, x in enumerate(leaves)])
-        updates = _tree_math.tree_add_scale(updates, standard_deviation, noise)
-        return updates, AddNoiseState(count=count_inc, rng_key=state.rng_key)
+        return _tree_math.tree_add_scale(updates, standard_deviation, noise), new_state
 
-    return base.GradientTransformation(init_fn, update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -60,7 +60,7 @@ def clip(max_delta: Scalar) -> base.GradientTransformationExtraArgs:
     return base.GradientTransformationExtraArgs(base.init_empty_state, update_fn)
 
 
-def clip_by_block_rms(threshold: Scalar) -> base.GradientTransformation:
+def clip_by_block_rms(threshold: Scalar) -> base.GradientTransformationExtraArgs:
     """Clips each leaf (a weight vector or matrix, a "block") to a root mean square of at most
     ``threshold``.
 
@@ -68,7 +68,8 @@ def clip_by_block_rms(threshold: Scalar) -> base.GradientTransformation:
       threshold: the largest root mean square of each leaf of the updates.
 
     Returns:
-      A stateless :class:`GradientTransformation`.
+      A stateless :class:`GradientTransformationExtraArgs`; its ``update`` accepts
+      ``inplace``.
 
     Examples:
       >>> import torch
@@ -84,15 +85,18 @@ def clip_by_block_rms(threshold: Scalar) -> base.GradientTransformation:
     def clip_denominators(block_rms: torch.Tensor) -> torch.Tensor:
         return torch.clamp_min(block_rms / _in_dtype_of(threshold, block_rms), 1.0)
 
+    @bb.supports_inplace
     def update_fn(updates: base.Updates, state: base.EmptyState,
-                  params: base.Params | None = None):
-        del params
+                  params: base.Params | None = None, *, inplace: bool = False,
+                  **extra_args: Any):
+        del params, extra_args
         leaves, spec = tm.flatten(updates)
         # All blocks at once: one norm kernel, one op per step of the factor, one division.
         denominators = tm.map_stacked(clip_denominators, tm.root_mean_squares(leaves))
-        return tm.unflatten(spec, tm.div(leaves, denominators)), state
+        clipped = tm.div_(leaves, denominators) if inplace else tm.div(leaves, denominators)
+        return tm.unflatten(spec, clipped), state
 
-    return base.GradientTransformation(base.init_empty_state, update_fn)
+    return base.GradientTransformationExtraArgs(base.init_empty_state, update_fn)
 
 
 def clip_by_global_norm(max_norm: Scalar) -> base.GradientTransformationExtraArgs:

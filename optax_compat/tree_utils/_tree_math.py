@@ -281,11 +281,18 @@ def tree_bias_correction(moment: Any, decay: Scalar, count: Union[int, torch.Ten
     xs, spec = tm.flatten(moment)
     if not xs:
         return moment
-    # In the widest precision among the leaves, as JAX does for a weakly typed ``decay``; a 0-d
-    # tensor does not promote the leaves it divides.
+    return tm.unflatten(spec, tm.div(xs, bias_correction_factor(xs, decay, count)))
+
+
+def bias_correction_factor(xs: list[torch.Tensor], decay: Scalar,
+                           count: Union[int, torch.Tensor]) -> torch.Tensor:
+    """``1 - decay ** count``, the divisor of :func:`tree_bias_correction` for the leaves ``xs``.
+
+    In the widest precision among the leaves, as JAX does for a weakly typed ``decay``; a 0-d
+    tensor does not promote the leaves it divides.
+    """
     dtype = tm.widest_real_dtype(xs)
-    correction = 1 - decay ** torch.as_tensor(count, device=xs[0].device).to(dtype)
-    return tm.unflatten(spec, tm.div(xs, correction))
+    return 1 - decay ** torch.as_tensor(count, device=xs[0].device).to(dtype)
 
 
 def tree_where(condition: Union[bool, torch.Tensor], tree_x: Any, tree_y: Any) -> Any:

@@ -246,6 +246,16 @@ INPLACE = {
     "stddev_bias_correction": lambda: T.scale_by_stddev(bias_correction=True),
     "radam": T.scale_by_radam,
     "adadelta": T.scale_by_adadelta,
+    "belief": T.scale_by_belief,
+    "yogi": T.scale_by_yogi,
+    "amsgrad": T.scale_by_amsgrad,
+    "amsgrad_mu_dtype": lambda: T.scale_by_amsgrad(mu_dtype=torch.bfloat16),
+    "optimistic_gradient": T.scale_by_optimistic_gradient,
+    "adan": T.scale_by_adan,
+    "rprop": lambda: T.scale_by_rprop(0.1),
+    "trust_ratio": T.scale_by_trust_ratio,
+    "param_block_norm": T.scale_by_param_block_norm,
+    "param_block_rms": T.scale_by_param_block_rms,
 }
 
 
@@ -477,8 +487,7 @@ def test_nan_gradients_stay_nan_through_sign(name, kwargs):
     ours = getattr(optax_compat, name)(**kwargs)
     compare_with_optax(ours, lambda: getattr(optax, name)(**kwargs), torch.float64, steps=3,
                        grads=grads)
-    if name != "rprop":  # rprop has no in-place path
-        assert_inplace_matches_pure(ours, torch.float64, steps=3, grads=grads)
+    assert_inplace_matches_pure(ours, torch.float64, steps=3, grads=grads)
 
 
 @pytest.mark.parametrize(("case", "dtype"), CASES_AND_DTYPES[:2])

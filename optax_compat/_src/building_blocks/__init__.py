@@ -70,6 +70,7 @@ from optax_compat._src.building_blocks.state import (
     device_of,
     emit,
     full,
+    in_blocks,
     params_leaves,
     state_leaves,
     store,

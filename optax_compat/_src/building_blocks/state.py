@@ -4,11 +4,13 @@ Every transformation builds its state from the params with :func:`zero_count`, :
 and :func:`full`, and reads it back in ``update`` with :func:`state_leaves` (which checks the
 buffers against the structure of the incoming updates and names the first differing path).
 :func:`store` and :func:`emit` implement the opt-in in-place path: the new values are written
-into the old buffers (or the incoming updates) instead of being returned as fresh tensors.
+into the old buffers (or the incoming updates) instead of being returned as fresh tensors;
+:func:`in_blocks` does so block by block, so that the temporaries of a formula span one block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import torch
@@ -77,3 +79,46 @@ def emit(updates: tm.Leaves, results: tm.Leaves, inplace: bool) -> tm.Leaves:
     if inplace and results is not updates and tm.same_dtypes(updates, results):
         return tm.copy_(updates, results)
     return results
+
+
+def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,
+              *states: tm.Leaves, inplace: bool, split: bool = True) -> list[tm.Leaves]:
+    """The new updates and state leaves of an elementwise ``formula``, in place block by block.
+
+    ``formula(updates, *states, inplace=...)`` returns the new updates and one list of new
+    leaves per state list. With ``inplace`` it may write into its arguments (returning them)
+    once it has read what it needs; the other results are then copied into the buffers they
+    replace, as :func:`emit` and :func:`store` do, the state first, so that a state may take
+    the incoming updates themselves (a previous gradient). Without ``inplace`` it runs once on
+    the whole lists and its results are returned.
+
+    In place, with every leaf of one dtype and nothing differentiated, it runs on the blocks
+    of :func:`tree_math.blocks` instead, and each block's results are written before the next
+    block is read: a temporary ``formula`` allocates spans one block of at most
+    :data:`tree_math.BLOCK_ELEMENTS` elements, not the parameters. Each element meets the same
+    kernels, and a scalar ``formula`` derives from its leaves' dtypes (a bias correction in
+    the widest of them) is the same in every block, so the numbers are those of the whole lists.
+    A ``formula`` that reduces over a leaf's axes passes ``split=False``: its blocks are whole
+    leaves, and a leaf larger than a block is a block of its own.
+
+    Returns:
+      The updates, then the new leaves of each state list.
+    """
+    buffers = (updates, *states)
+    dtypes = {dtype for leaves in buffers for dtype in tm.attributes("dtype", leaves)}
+    if inplace and len(dtypes) == 1 and not tm.is_recording(*buffers):
+        for block in tm.blocks(*buffers, split=split):
+            _store_all(block, formula(*block, inplace=True))
+        return list(buffers)
+    results = formula(*buffers, inplace=inplace)
+    new_states = [store(leaves, new_leaves, inplace)
+                  for leaves, new_leaves in zip(states, results[1:], strict=True)]
+    return [emit(updates, results[0], inplace), *new_states]
+
+
+def _store_all(buffers: Sequence[tm.Leaves], values: Sequence[tm.Leaves]) -> None:
+    """Writes each list of ``values`` into its ``buffers``, the updates last; ``values`` dies
+    with the call."""
+    for leaves, new_leaves in zip(buffers[1:], values[1:], strict=True):
+        store(leaves, new_leaves, inplace=True)
+    store(buffers[0], values[0], inplace=True)

@@ -520,6 +520,13 @@ def mul_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     return xs
 
 
+def div_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
+    """Writes ``x / y`` into each ``x``; the in-place twin of :func:`div`."""
+    if xs:
+        torch._foreach_div_(xs, _operand(ys, xs, tensor_scalar=True))
+    return xs
+
+
 def clamp_(xs: Leaves, low: Scalar, high: Scalar) -> Leaves:
     """Writes ``min(max(x, low), high)`` into each ``x``; the twin of ``minimum(maximum(..))``."""
     if xs:
@@ -542,6 +549,51 @@ def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
     else:
         torch._foreach_copy_(destinations, sources)
     return destinations
+
+
+# 1 MiB of float32: a block's temporaries stay in a core's L2 cache, and the per-block Python
+# cost is small against the block's arithmetic.
+BLOCK_ELEMENTS = 2**18
+
+
+def blocks(*groups: Leaves, split: bool = True) -> Iterator[tuple[Leaves, ...]]:
+    """The leaves of ``groups`` in blocks of about :data:`BLOCK_ELEMENTS` elements.
+
+    An in-place step whose formula reads two buffers it overwrites (Lion's direction and
+    momentum both read the gradient and the old momentum) needs temporaries; run block by
+    block, they span one block instead of the parameters, and each block is still one foreach
+    call per operation. The ``i``-th leaves of every group must have the same shape. Leaves of
+    more than ``BLOCK_ELEMENTS`` elements are cut into views of ``BLOCK_ELEMENTS`` (a multiple
+    of every vector width, so each element meets the same kernel code path as in the whole
+    leaf); smaller leaves are gathered, in order, into blocks of at most ``BLOCK_ELEMENTS``
+    elements. Non-contiguous leaves, which have no flat view, stay whole, and so does every
+    leaf without ``split`` (a formula that reduces over a leaf's axes); then only the ``i``-th
+    leaves of the first group are counted, and the others may have any shape. Distributed
+    leaves (DTensor shards) and code being compiled (Inductor plans its own buffers) get all
+    the leaves as one block.
+
+    Yields:
+      Tuples with one list of leaves (or views) per group.
+    """
+    if is_distributed(groups[0]) or torch.compiler.is_compiling():
+        yield groups
+        return
+    block: tuple[Leaves, ...] = tuple([] for _ in groups)
+    elements = 0
+    for leaves in zip(*groups, strict=True):
+        pieces: Iterable[tuple[torch.Tensor, ...]] = (leaves,)
+        if (split and leaves[0].numel() > BLOCK_ELEMENTS
+                and all(x.is_contiguous() for x in leaves)):
+            pieces = zip(*(x.view(-1).split(BLOCK_ELEMENTS) for x in leaves), strict=True)
+        for piece in pieces:
+            if elements + piece[0].numel() > BLOCK_ELEMENTS and elements:
+                yield block
+                block, elements = tuple([] for _ in groups), 0
+            for part, x in zip(block, piece):
+                part.append(x)
+            elements += piece[0].numel()
+    if elements or block[0]:
+        yield block
 
 
 def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
@@ -658,12 +710,28 @@ def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:
 
 
 def sign_(xs: Leaves) -> Leaves:
-    """Writes ``sign(x)`` into each ``x``, NaN staying NaN (see :func:`sign`)."""
+    """Writes ``sign(x)`` into each ``x``, NaN staying NaN (see :func:`sign`), allocating nothing.
+
+    Scaling by ``1 / eps`` (a power of two, exact) lifts every nonzero value, subnormals
+    included, to at least the smallest normal number ``tiny`` in magnitude; clamping to
+    ``[-tiny, tiny]`` then leaves ``±tiny``, zero or NaN (a clamp carries NaN over), and scaling
+    by ``1 / tiny`` gives ``±1``. The same values as :func:`sign`, whose ``torch.sign`` also
+    takes a subnormal to ``±1``.
+    """
     if xs:
-        carriers = _nan_carrier(xs)
-        torch._foreach_sign_(xs)
-        torch._foreach_maximum_(xs, carriers)
+        mul_(xs, _per_dtype(xs, lambda limits: 1 / limits.eps))
+        clamp_(xs, _per_dtype(xs, lambda limits: -limits.smallest_normal),
+               _per_dtype(xs, lambda limits: limits.smallest_normal))
+        mul_(xs, _per_dtype(xs, lambda limits: 1 / limits.smallest_normal))
     return xs
+
+
+def _per_dtype(xs: Leaves, value: Callable[[torch.finfo], float]) -> float | list[float]:
+    """``value(torch.finfo(dtype))`` for the leaves' one dtype, or one per leaf when they differ."""
+    dtypes = attributes("dtype", xs)
+    if len(set(dtypes)) == 1:
+        return value(torch.finfo(dtypes[0]))
+    return [value(torch.finfo(dtype)) for dtype in dtypes]
 
 
 def add_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
