@@ -108,7 +108,6 @@ def scale(step_size: Scalar) -> base.GradientTransformationExtraArgs:
     """
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -156,7 +155,6 @@ def scale_by_schedule(step_size_fn: base.Schedule) -> base.GradientTransformatio
         return ScaleByScheduleState(count=bb.zero_count(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -223,7 +221,6 @@ def scale_by_sign() -> base.GradientTransformationExtraArgs:
     """
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -278,7 +275,6 @@ def scale_by_rss(initial_accumulator_value: Scalar = 0.1,
         return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -373,7 +369,6 @@ def scale_by_rms(
         return ScaleByRmsState(nu=nu)
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -455,7 +450,6 @@ def scale_by_stddev(
         return ScaleByRStdDevState(mu=mu, nu=nu)
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -590,7 +584,6 @@ def scale_by_amsgrad(
                                    nu=bb.zeros(params), nu_max=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -656,7 +649,6 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
                                 nu=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -754,7 +746,6 @@ def scale_by_lion(
         return ScaleByLionState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -815,7 +806,6 @@ def scale_by_belief(
                                   nu=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -884,7 +874,6 @@ def scale_by_yogi(
                                 nu=bb.full(params, initial_accumulator_value))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -957,7 +946,6 @@ def scale_by_radam(
                                 nu=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -1035,7 +1023,6 @@ def scale_by_adadelta(rho: Scalar = 0.9,
         return ScaleByAdaDeltaState(e_g=bb.zeros(params), e_x=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -1183,7 +1170,6 @@ def scale_by_adan(
                                 g=bb.zeros(params), t=bb.zero_count(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -1419,7 +1405,6 @@ def scale_by_rprop(
         return scaled, new_steps, new_previous
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args
@@ -1665,7 +1650,6 @@ def scale_by_optimistic_gradient(alpha: Scalar = 1.0,
             previous_gradient=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del params, extra_args

@@ -57,7 +57,6 @@ def scale_by_acprop(
                                             nu=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: transform.ScaleByBeliefState,
                   params: Optional[base.Params] = None, *, inplace: bool = False,

@@ -99,7 +99,6 @@ def scale_by_ademamix(
             nu=bb.zeros(params, mu_dtype))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: ScaleByAdemamixState,
                   params: Optional[base.Params] = None, *, inplace: bool = False,

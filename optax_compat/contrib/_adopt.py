@@ -86,7 +86,6 @@ def scale_by_adopt(
                                           nu=bb.zeros(params))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: transform.ScaleByAdamState,
                   params: Optional[base.Params] = None, *, inplace: bool = False,

@@ -74,7 +74,6 @@ def trace(
         return TraceState(trace=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: TraceState, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):
@@ -137,7 +136,6 @@ def ema(
                         ema=_tree_math.tree_zeros_like(params, dtype=accumulator_dtype))
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: EmaState, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):

@@ -57,7 +57,6 @@ def add_decayed_weights(
         return base.EmptyState()
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: Any, params: base.Params | None = None,
                   *, inplace: bool = False, **extra_args: Any):

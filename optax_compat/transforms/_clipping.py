@@ -45,7 +45,6 @@ def clip(max_delta: Scalar) -> base.GradientTransformationExtraArgs:
     """
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None, *, inplace: bool = False,
@@ -128,7 +127,6 @@ def clip_by_global_norm(max_norm: Scalar) -> base.GradientTransformationExtraArg
     """
 
     @bb.supports_inplace
-
     @bb.elementwise
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None, *, inplace: bool = False,
