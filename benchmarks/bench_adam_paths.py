@@ -21,7 +21,7 @@ gradients every step:
   ``.grad`` set, without and with ``use_accelerated_op``.
 
 Sizes: (a) 4M parameters in 100 tensors, (b) 1M in 1,000, (d) 1M in 10,000. Times are medians
-of interleaved steps, 1 thread.
+of interleaved steps, 1 thread, wall clock or (``--cpu-time``) the thread's CPU time.
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="b", choices=sorted(SIZES))
     parser.add_argument("--steps", type=int, default=20, help="timed steps per path")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time with the thread's CPU time instead of the wall clock (steadier "
+                             "while other processes load the machine)")
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     total, count = SIZES[arguments.size]
@@ -139,11 +142,12 @@ def main() -> None:
         for step in steps.values():
             for _ in range(3):
                 step()
+        clock = time.thread_time if arguments.cpu_time else time.perf_counter
         for _ in range(arguments.steps):
             for label, step in steps.items():
-                start = time.perf_counter()
+                start = clock()
                 step()
-                times[label].append(time.perf_counter() - start)
+                times[label].append(clock() - start)
         medians = {label: statistics.median(ts) * 1e3 for label, ts in times.items()}
         print(f"({arguments.size}) {name:5s} " + "  ".join(
             f"{label} {ms:.2f} ms ({ms / medians['foreach']:.2f})"
