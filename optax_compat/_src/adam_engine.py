@@ -54,6 +54,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
 from collections.abc import Callable, Iterator
@@ -219,12 +220,20 @@ def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves
         return _kernel(hp, count_inc, gs, mus, nus, mode == "apply", terms, params, lr)
     if path == "foreach":
         return _foreach(hp, count_inc, gs, mus, nus, inplace)
-    return _formula(hp, count_inc, gs, mus, nus, inplace)
+    if not inplace:
+        return _formula(hp, count_inc, gs, mus, nus, inplace)
+    # In place, block by block: the formula's temporaries span one block, not the params.
+    return tuple(bb.in_blocks(functools.partial(_formula, hp, count_inc), gs, mus, nus,
+                              inplace=True))
 
 
 def _formula(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
              nus: tm.Leaves, inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
-    """Optax's expression, operation by operation (differentiable)."""
+    """Optax's expression, operation by operation (differentiable).
+
+    Its bias corrections depend on the leaves' dtypes only, so blocks of leaves of one dtype
+    (:func:`bb.in_blocks`) give the numbers of the whole lists.
+    """
     moments = bb.update_moment(mus, gs, hp.b1)
     seconds = bb.update_moment(nus, tm.abs_sq(gs), hp.b2)
     mu_hats = bb.first_moment(moments, gs, hp.b1, count_inc, hp.nesterov)

@@ -56,6 +56,9 @@ TRANSFORMS = {
     "adopt": lambda: optax.contrib.adopt(1e-3),
     "adopt_nesterov_unclipped": lambda: optax.contrib.scale_by_adopt(nesterov=True,
                                                                      use_clipping=False),
+    "nadam": lambda: optax.nadam(1e-3),
+    "nadamw": lambda: optax.nadamw(1e-3),
+    "optimistic_adam_v2": lambda: optax.optimistic_adam_v2(1e-3),
 }
 
 
