@@ -419,10 +419,11 @@ class TorchOptimizer(torch.optim.Optimizer):
                         f"parameter {i} of group {index}" for i in range(len(params))]
                     grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
                                   else grad for grad, name in zip(grads, names, strict=True))
-                copies = [not flag for flag in stepped] if self.inplace else None
+                # In place, the stored buffers of parameters without a gradient are copied.
+                copies = ([not flag for flag in stepped] if self.inplace and not all(stepped)
+                          else None)
                 states = list(map(self.state.__getitem__, params))
-                gathered = self._gather(group, layout, states,
-                                        copies if copies and any(copies) else None)
+                gathered = self._gather(group, layout, states, copies)
                 state = self._apply(group, params, grads, layout.treespec.unflatten(gathered),
                                     stepped, extra_args)
                 self._scatter(group, layout, state, stepped, states, gathered)
