@@ -1045,6 +1045,8 @@ def scale_by_novograd(
         first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
         new_nus = tm.where(first_step, first_nus, bb.update_moment(nus, squared_norms, b2))
         denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
+        # ``nu`` is a strongly typed 0-d array in JAX: updates narrower than it are promoted.
+        gs = [g.to(torch.promote_types(g.dtype, d.dtype)) for g, d in zip(gs, denominators)]
         additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
         moments = tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions))
         new_mus = tm.unflatten(spec, tm.cast(moments, mu_dtype))
