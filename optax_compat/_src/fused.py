@@ -199,8 +199,11 @@ def _apply_step(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...
     """
     updates, new_state = tx.update(grads, state, params)
     new_params = tm.leaves(update.apply_updates(params, updates))
-    written = [(old, new) for old, new in zip(tm.leaves(state), tm.leaves(new_state), strict=True)
-               if old is not new]
+    # Paired by tree_map: Dynamo cannot flatten a tree holding an empty dict (the state of
+    # inject_hyperparams without schedules), but it can map over one.
+    written: list[tuple[torch.Tensor, torch.Tensor]] = []
+    tm.tree_map(lambda old, new: written.append((old, new)) if old is not new else None,
+                state, new_state)
     tm.copy_([old for old, _ in written], [new for _, new in written])
     tm.copy_(list(params), new_params)
 
