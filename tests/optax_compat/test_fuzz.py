@@ -57,6 +57,10 @@ Optax quirks that the fuzzer steps around, each for a reason:
   float64 updates float32's precision, and inside Optax's compiled ``lax.cond`` XLA may round
   that float32 value one ulp away from op-by-op Optax (and computes a float32 cosine a few
   ulps away from PyTorch's).
+* Likewise the state of schedule-free transforms (their averaging weights come from their
+  warmup schedule's float32 value) is compared at float32's tolerance: in a float64 program,
+  Optax gives 5.418682246e-4 under ``lax.cond`` and 5.418683113e-4 (ours) with
+  ``jax.disable_jit()``.
 * A trust ratio (``lamb``, ``lars``, ``scale_by_trust_ratio``) is compared up to the step
   after which a params leaf is exactly 0 on one side and not on the other: its ratio
   ``|param| / |update|`` switches to 1 at a zero norm, so a one-ulp difference (a learning
@@ -289,8 +293,12 @@ def _compare(ours_trace, theirs_trace, program, flat=False):
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
         values = not any("galore" in c.name for c in _configs(program.config))
         if values:
+            # Schedule-free's averaging weights come from its float32 warmup schedule value.
+            rtol, atol = (testing.tolerance(torch.zeros((), dtype=torch.float32))
+                          if any("schedule_free" in c.name for c in _configs(program.config))
+                          else (None, None))
             testing.assert_trees_all_close(ours_leaves, _kernel_moments(ours_leaves, theirs_leaves),
-                                           what=f"{where}: state")
+                                           rtol=rtol, atol=atol, what=f"{where}: state")
         if ours[0] == "step":
             for position, what in ((1, "updates"), (2, "params")):
                 if ours[position] is None:
