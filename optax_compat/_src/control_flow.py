@@ -30,9 +30,6 @@ def select_tree(pred: torch.Tensor, on_true: T, on_false: T) -> T:
       ValueError: naming the first differing path if the trees' structures differ.
       TypeError: if two non-tensor leaves differ, as they cannot be selected on the device.
     """
-    true_leaves, spec = tree_math.flatten(on_true)
-    false_leaves = tree_math.leaves_like(on_false, spec, "the carried-over branch", on_true)
-
     def select(if_true: Any, if_false: Any) -> Any:
         if isinstance(if_true, torch.Tensor) or isinstance(if_false, torch.Tensor):
             selected = torch.where(pred, if_true, if_false)
@@ -43,8 +40,14 @@ def select_tree(pred: torch.Tensor, on_true: T, on_false: T) -> T:
         raise TypeError(f"Cannot select between the non-tensor leaves {if_true!r} and "
                         f"{if_false!r} without a host sync.")
 
-    selected = [select(t, f) for t, f in zip(true_leaves, false_leaves, strict=True)]
-    return tree_math.unflatten(spec, selected)
+    # tree_map, not flatten: Dynamo cannot flatten a tree holding an empty dict (the state
+    # of inject_hyperparams without schedules), but it can map over one.
+    try:
+        return tree_math.tree_map(select, on_true, on_false)
+    except ValueError:
+        tree_math.leaves_like(on_false, tree_math.treespec(on_true), "the carried-over branch",
+                              on_true)  # raises, naming the first differing path
+        raise
 
 
 def cond(pred: torch.Tensor | bool, true_fn: Callable[[], T], false_fn: Callable[[], T]) -> T:

@@ -22,12 +22,14 @@ compiled kernels across processes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import time
 import types
 from collections.abc import Sequence
 from typing import Any
 
+import optree
 import torch
 
 from optax_compat._src import base, compilation, update
@@ -80,6 +82,7 @@ class FusedStep:
                 leaf.grad = view
         self.state = tx.init(self.params)
         _check_state_kept(tx, self.params, self.state)
+        self._state_paths = _leaf_paths(self.state)
         self._tx = tx
         self._backend = backend
         self._compiled_in_call = False
@@ -103,7 +106,8 @@ class FusedStep:
         self._compiled_in_call = False
         start = time.perf_counter()
         with torch.no_grad():
-            self._compiled(self._tx, self.params, self._grad_buffers, self.state)
+            self._compiled(self._tx, self.params, self._grad_buffers, self.state,
+                           self._state_paths)
         if self._compiled_in_call:
             self.compile_seconds += time.perf_counter() - start
 
@@ -190,8 +194,13 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
 
 
 def _apply_step(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...],
-                grads: tuple[torch.Tensor, ...], state: base.OptState) -> None:
+                grads: tuple[torch.Tensor, ...], state: base.OptState,
+                state_paths: tuple[tuple[Any, ...], ...]) -> None:
     """The step that is compiled: update, apply, and write everything back in place.
+
+    The state's leaves are read at ``state_paths`` (:func:`_leaf_paths`): Dynamo cannot
+    flatten every tree (one holding an empty dict, as ``inject_hyperparams`` without
+    schedules does), but it can index one.
 
     All new values are computed before anything is written, the state before the params, so
     a state leaf that is the old params (or updates aliasing the state) read the values they
@@ -199,10 +208,29 @@ def _apply_step(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...
     """
     updates, new_state = tx.update(grads, state, params)
     new_params = tm.leaves(update.apply_updates(params, updates))
-    written = [(old, new) for old, new in zip(tm.leaves(state), tm.leaves(new_state), strict=True)
-               if old is not new]
+    written = [(old, new) for old, new in ((_at(state, path), _at(new_state, path))
+                                           for path in state_paths) if old is not new]
     tm.copy_([old for old, _ in written], [new for _, new in written])
     tm.copy_(list(params), new_params)
+
+
+def _leaf_paths(tree: Any) -> tuple[tuple[Any, ...], ...]:
+    """The path (keys and indices, outermost first) of each leaf of ``tree``, found eagerly.
+
+    Raises:
+      ValueError: if indexing ``tree`` along a path does not give that leaf back.
+    """
+    paths, leaves, _ = optree.tree_flatten_with_path(tree, none_is_leaf=tm.NONE_IS_LEAF,
+                                                     namespace=tm.NAMESPACE)
+    if any(_at(tree, path) is not leaf for path, leaf in zip(paths, leaves, strict=True)):
+        raise ValueError("fused_step: the transformation's state must be a tree of tuples, "
+                         "NamedTuples, lists and dicts, whose leaves indexing reaches.")
+    return tuple(paths)
+
+
+def _at(tree: Any, path: tuple[Any, ...]) -> Any:
+    """The node of ``tree`` at ``path``."""
+    return functools.reduce(operator.getitem, path, tree)
 
 
 def _with_own_code(fn: types.FunctionType) -> types.FunctionType:

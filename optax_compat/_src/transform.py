@@ -1106,6 +1106,8 @@ def scale_by_novograd(
             """The moments, as updates and as state; ``ps`` and the per-leaf ``denominators``
             are read only (returned as they are)."""
             del inplace
+            # ``nu`` is a strongly typed 0-d array in JAX: updates narrower than it are promoted.
+            gs = [g.to(torch.promote_types(g.dtype, d.dtype)) for g, d in zip(gs, denominators)]
             additions = tm.add(tm.div(gs, denominators), tm.mul(ps, weight_decay))
             moments = tm.cast(tm.where(first_step, additions, tm.add(tm.mul(mus, b1), additions)),
                               mu_dtype)

@@ -45,10 +45,13 @@ def join_schedules(schedules: Sequence[base.Schedule],
         output = schedules[0](step)
         for boundary, later in zip(boundaries, schedules[1:]):
             other = later(step - boundary)
-            # ``jnp.where`` promotes as JAX does: a strong dtype wins over a weak one.
+            # ``jnp.where`` promotes as JAX does: a strong dtype wins over a weak one, and the
+            # result is weak only if both are.
             dtype = bb.result_dtype(output, other)
+            weak = bb.is_weak(output) and bb.is_weak(other)
             output = torch.where(torch.as_tensor(step) < boundary,
                                  bb.as_weak(output).to(dtype), bb.as_weak(other).to(dtype))
+            output = output if weak else bb.as_strong(output)
         return output
 
     return schedule

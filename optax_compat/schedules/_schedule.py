@@ -281,7 +281,8 @@ def piecewise_interpolate_schedule(
 
     def schedule(count: Count) -> torch.Tensor:
         # JAX's bounds are weakly typed ints: an int32 count keeps int32 and divides in
-        # float32, a Python int divides in the default float; the values are default floats.
+        # float32, a Python int divides in the default float; the values are default floats,
+        # strongly typed (``jnp.stack`` makes an array of them).
         count = count if isinstance(count, torch.Tensor) else bb.as_weak(count)
         fraction_dtype = torch.float64 if count.dtype == torch.int64 else torch.float32
         as_bounds = lambda b: torch.tensor(b, dtype=count.dtype, device=count.device)
@@ -292,7 +293,7 @@ def piecewise_interpolate_schedule(
         fraction = ((count - lower).to(fraction_dtype)
                     / torch.clamp(upper - lower, min=1).to(fraction_dtype))
         inner = (inside * interpolate(values[:-1], values[1:], fraction)).sum()
-        return inner + (bounds[-1] <= count) * values[-1]
+        return bb.as_strong(inner + (bounds[-1] <= count) * values[-1])
 
     return schedule
 

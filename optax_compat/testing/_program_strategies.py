@@ -173,12 +173,17 @@ def programs(draw: Any, dtype: torch.dtype = torch.float32, max_depth: int = 2,
 
     Returns:
       A strategy of :class:`Program`. Gradients contain NaN or infinity only when the root is
-      ``apply_if_finite``, which handles them.
+      ``apply_if_finite``, which handles them. Params and gradients have no nonzero values
+      below the square root of ``dtype``'s smallest normal number, so that the product of
+      two of them is normal (XLA on CPU flushes subnormal results to zero, PyTorch does not).
     """
     names = tuple(names or transform_names())
+    # XLA flushes subnormal results to zero: values whose products may be subnormal are 0.
+    min_magnitude = float(torch.finfo(dtype).tiny) ** 0.5
     params = draw(pytrees(min_leaves=0, max_leaves=4, max_depth=2, dtypes=(dtype,),
                           max_dims=2, max_side=3, min_value=-2.0, max_value=2.0,
-                          kinds=("dict", "list", "tuple"), allow_none=True))
+                          min_magnitude=min_magnitude, kinds=("dict", "list", "tuple"),
+                          allow_none=True))
     config = draw(_node(params, max_depth, names))
     handles_nan = draw(st.booleans())
     if handles_nan:
@@ -188,7 +193,8 @@ def programs(draw: Any, dtype: torch.dtype = torch.float32, max_depth: int = 2,
         config = Config("lookahead", args=(config, draw(st.integers(1, 3)),
                                            draw(st.sampled_from([0.5, 0.8]))))
     grads = tuple(draw(matching_trees(params, min_value=-2.0, max_value=2.0,
-                                      allow_nan=handles_nan, allow_infinity=handles_nan))
+                                      allow_nan=handles_nan, allow_infinity=handles_nan,
+                                      min_magnitude=min_magnitude))
                   for _ in range(steps))
     return Program(config, params, grads, lookahead)
 

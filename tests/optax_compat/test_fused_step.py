@@ -99,6 +99,21 @@ def test_non_finite_step_is_skipped_like_optax():
                          grads=grads)
 
 
+@pytest.mark.parametrize("ours", [
+    lambda o: o.inject_hyperparams(o.adam)(learning_rate=0.1),
+    lambda o: o.apply_if_finite(o.inject_hyperparams(o.adam)(learning_rate=0.1), 2),
+    lambda o: o.named_chain(
+        ("t0", o.apply_if_finite(o.contrib.scale_by_simplified_ademamix(), 2)),
+        ("t1", o.inject_hyperparams(o.radam)(learning_rate=o.warmup_constant_schedule(
+            0.5, 1.0, 15)))),
+], ids=["inject", "apply_if_finite_inject", "named_chain_inject_schedule"])
+def test_states_dynamo_cannot_flatten_compile_and_match_optax(ours):
+    """``inject_hyperparams`` without schedules holds an empty dict, which Dynamo cannot
+    flatten (``apply_if_finite`` selects between two such states), and Dynamo's ``tree_map``
+    fails on the third state."""
+    _check_against_optax(ours, testing.make_tree())
+
+
 def test_mixed_dtypes_make_two_buffers_and_match_optax():
     params = {"a": testing.seeded_randn(3, 4), "b": testing.seeded_randn(5, dtype=torch.float64),
               "c": testing.seeded_randn(2, seed=1)}

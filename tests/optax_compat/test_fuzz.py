@@ -16,6 +16,14 @@ programs, so chunks with different seeds add up to a long run::
 
 (the statistics count the programs run; those filtered out below are reported as invalid).
 
+The ``test_fused_step_*`` tests run the same grammar through
+``optax_compat.fused_step(..., backend="aot_eager")``: of the programs drawn, they keep those
+that are flat-safe, that Optax runs, and that ``fused_step`` accepts (the statistics' events
+say how many), and compare params and state after every in-place step with Optax's trace,
+the state as runs of one dtype (flat buffers hold in one leaf what Optax keeps per
+parameter). Each program compiles, so their budget is a tenth of the above per dtype (15
+in CI).
+
 Optax quirks that the fuzzer steps around, each for a reason:
 
 * float64 dtype arguments (``mu_dtype=float64``) in float32 programs are not drawn: JAX without
@@ -35,14 +43,39 @@ Optax quirks that the fuzzer steps around, each for a reason:
   vectors are defined up to sign, and torch's LAPACK (MKL) and jaxlib's (OpenBLAS) pick
   different signs and roundings; ``test_contrib_galore.py`` compares them up to sign.
 * Hyper-parameters below float32's smallest normal number are drawn as 0: XLA flushes such
-  subnormal values to zero, PyTorch on CPU computes with them.
+  subnormal values to zero, PyTorch on CPU computes with them. For the same reason params and
+  gradients below the square root of the smallest normal number are drawn as 0 (the
+  strategy's ``min_magnitude``): ``(1 - b1) * g`` for ``g`` near float32's smallest normal
+  is 0 in JAX, op by op and under ``jax.jit``, and -7.8e-39 in PyTorch, and ``lion``'s sign
+  of it is then 0 against -1.
 * A state leaf that is NaN here where Optax's is infinite is accepted: the Adam engine's fused
   kernel forms the first moment with a ``lerp`` (documented in ``adam_engine``; the updates and
   params, NaN in both from the infinite gradient on, are compared as usual).
 * Updates and params are compared at the tolerance of the least precise value that feeds them,
-  the state's leaves included: a float32 hyper-parameter (a schedule's value in
-  ``inject_hyperparams``) gives float64 updates float32's precision, and inside Optax's
-  compiled ``lax.cond`` XLA may round that float32 value one ulp away from op-by-op Optax.
+  the state's leaves and the schedules' values included: a float32 hyper-parameter (a
+  schedule's value at the int32 count, in the state of ``inject_hyperparams`` or not) gives
+  float64 updates float32's precision, and inside Optax's compiled ``lax.cond`` XLA may round
+  that float32 value one ulp away from op-by-op Optax (and computes a float32 cosine a few
+  ulps away from PyTorch's).
+* Likewise the state of schedule-free transforms (their averaging weights come from their
+  warmup schedule's float32 value) is compared at float32's tolerance: in a float64 program,
+  Optax gives 5.418682246e-4 under ``lax.cond`` and 5.418683113e-4 (ours) with
+  ``jax.disable_jit()``.
+* A trust ratio (``lamb``, ``lars``, ``scale_by_trust_ratio``) is compared up to the step
+  after which a params leaf is exactly 0 on one side and not on the other: its ratio
+  ``|param| / |update|`` switches to 1 at a zero norm, so a one-ulp difference (a learning
+  rate of 1 makes ``param - update`` cancel) changes the next steps entirely. Optax's own
+  ``lamb`` does so between op-by-op and ``jax.jit`` runs (params 0 vs 7e-9, then updates
+  0.49 vs 5e-9).
+* ``MultiSteps`` is compared up to the first step with a value (update or state) that is NaN
+  here and 0 in Optax: Optax masks with a product by the boolean ``emit``
+  (``emit * updates``, ``(1 - emit) * acc_grads``), which is NaN for an infinite value op by
+  op, as here, while XLA compiles it (in ``lax.cond``, or under ``jax.jit``) into a select
+  that gives 0. ``apply_if_finite(MultiSteps(sgd(0.1), 3), 1)`` with gradients -inf, -inf,
+  1.2: updates 0, NaN, NaN here and in Optax under ``jax.disable_jit()``; 0, 0, 0 compiled.
+* Muon's float32 updates and params are compared at rtol 1e-4, atol 1e-5, as in
+  ``test_contrib_muon.py``: its five Newton-Schulz steps are fifteen float32 matrix products
+  whose accumulation order differs between MKL and XLA (1.5e-5 apart seen).
 * ``KNOWN_OPTAX_QUIRKS`` below: programs on which Optax itself fails where this package returns
   updates (an empty tree reaching ``scale_by_muon``/GaLore/Sophia, whose Optax code indexes a
   tree it assumes non-empty). Both sides still run; only the "Optax raised" outcome is accepted.
@@ -50,6 +83,7 @@ Optax quirks that the fuzzer steps around, each for a reason:
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 
@@ -59,10 +93,11 @@ import numpy as np
 import optax
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, event, given, settings
 
 import optax_compat as ox
 from optax_compat import testing
+from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import state_signature, strategies
 
@@ -83,9 +118,15 @@ FUZZ = settings(max_examples=_budget(), deadline=None,
                 suppress_health_check=list(HealthCheck), print_blob=True,
                 phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
+# The fused path compiles each program (``aot_eager``: about 2 s of CPU each): a tenth as many.
+FUSED = settings(FUZZ, max_examples=max(1, _budget() // 10))
+
 # Optax fails on an empty tree in these (its code indexes a tree it assumes non-empty).
 KNOWN_OPTAX_QUIRKS = ("contrib.scale_by_muon", "contrib.galore", "contrib.scale_by_galore",
                       "contrib.sophia")
+
+# Their ratio |param| / |update| switches to 1 where a leaf's params are exactly 0.
+TRUST_RATIOS = ("scale_by_trust_ratio", "lamb", "lars")
 
 
 def _configs(value):
@@ -100,14 +141,25 @@ def _configs(value):
             yield from _configs(item)
 
 
+def _name(config) -> str:
+    """The transformation's name (``inject_hyperparams(rmsprop)(...)`` holds rmsprop's)."""
+    return config.args[0] if config.name == "inject_hyperparams" else config.name
+
+
 def _cancelling_centred_variance(config) -> bool:
     """Whether a centred RMS with ``decay < 0.5`` is in ``config`` (see the module docstring)."""
-    def name(c):  # inject_hyperparams(rmsprop)(...) holds rmsprop's arguments
-        return c.args[0] if c.name == "inject_hyperparams" else c.name
-
-    return any((name(c) == "scale_by_stddev"
-                or (name(c) == "rmsprop" and c.kwargs.get("centered", False)))
+    return any((_name(c) == "scale_by_stddev"
+                or (_name(c) == "rmsprop" and c.kwargs.get("centered", False)))
                and c.kwargs.get("decay", 0.9) < 0.5 for c in _configs(config))
+
+
+def _trust_ratio_switch_split(program, ours_params, theirs_params) -> bool:
+    """Whether a trust ratio meets a params leaf that is exactly 0 on one side only (see the
+    module docstring)."""
+    return (any(_name(c) in TRUST_RATIOS for c in _configs(program.config))
+            and any(bool((a == 0).all()) != bool((np.asarray(b) == 0).all())
+                    for a, b in zip(tree_math.leaves(ours_params),
+                                    jax.tree_util.tree_leaves(theirs_params))))
 
 
 def _jax_svd_may_hang(program) -> bool:
@@ -157,6 +209,59 @@ def _run(program, lib):
     return trace
 
 
+def _run_fused(program, tx):
+    """``_run``'s trace of ``optax_compat.fused_step(tx, ...)``: params and state copied after
+    each in-place step, no updates (``None``). ``tx`` must be flat-safe."""
+    snapshot = lambda tree: tree_math.tree_map(torch.clone, tree)
+    params = snapshot(program.params)  # fused_step re-points the leaves it is given
+    step = ox.fused_step(tx, params, backend="aot_eager")
+    trace = [("init", snapshot(step.state))]
+    for grads in program.grads:
+        step(grads)
+        trace.append(("step", None, snapshot(params), snapshot(step.state)))
+    return trace
+
+
+def _dtype_runs(leaves, concatenate):
+    """Each run of consecutive leaves of one dtype, ravelled and concatenated: the layout-free
+    view of a state (on flat buffers one leaf holds what Optax keeps in one per parameter)."""
+    runs = itertools.groupby(leaves, key=lambda leaf: _dtype_names([leaf], False)[0])
+    return [concatenate([leaf.reshape(-1) for leaf in run]) for _, run in runs]
+
+
+def _state_leaves(ours_state, theirs_state, flat):
+    """The state leaves to compare: per leaf, or on flat buffers per dtype run."""
+    if not flat:
+        return _without_keys(ours_state, theirs_state)
+    return (_dtype_runs(tree_math.leaves(ours_state), torch.cat),
+            _dtype_runs(list(map(np.asarray, jax.tree_util.tree_leaves(theirs_state))),
+                        np.concatenate))
+
+
+def _schedule_values(program):
+    """Each schedule's value at an int32 count: float32 for most, even in 64-bit mode."""
+    count = torch.zeros((), dtype=torch.int32)
+    return [bb.as_weak(value(count)) for c in _configs(program.config)
+            for value in (*c.args, *c.kwargs.values())
+            if isinstance(value, strategies.DescribedSchedule)]
+
+
+def _multisteps_zero_times_inf(program, ours_leaves, theirs_leaves) -> bool:
+    """Whether a ``MultiSteps`` program has a value that is NaN here and 0 in Optax (see the
+    module docstring)."""
+    return (any(c.name == "MultiSteps" for c in _configs(program.config))
+            and any(isinstance(a, torch.Tensor) and a.is_floating_point()
+                    and bool((torch.isnan(a).numpy() & (np.asarray(b) == 0)).any())
+                    for a, b in zip(ours_leaves, theirs_leaves)))
+
+
+def _muon_tolerances(program):
+    """``testing.tolerance``'s overrides for a program with Muon (see the module docstring)."""
+    if any("muon" in c.name for c in _configs(program.config)):
+        return {"rtol": {torch.float32: 1e-4}, "atol": {torch.float32: 1e-5}}
+    return {}
+
+
 def _kernel_moments(ours_leaves, theirs_leaves):
     """Optax's state leaves as arrays, NaN where Optax's are infinite and ours NaN: the Adam
     engine's fused kernel (a ``lerp``) documents that first moment (see the module docstring)."""
@@ -165,7 +270,9 @@ def _kernel_moments(ours_leaves, theirs_leaves):
             for ours, theirs in ((a, np.asarray(b)) for a, b in zip(ours_leaves, theirs_leaves))]
 
 
-def _compare(ours_trace, theirs_trace, program):
+def _compare(ours_trace, theirs_trace, program, flat=False):
+    """Asserts that two traces agree (the module docstring says on what); ``flat``: ours comes
+    from :func:`_run_fused` (no updates, the state on flat buffers)."""
     for index, (ours, theirs) in enumerate(zip(ours_trace, theirs_trace)):
         where = f"{program!r}\nat entry {index} ({ours[0]} vs Optax's {theirs[0]})"
         if theirs[0] == "raised" and ours[0] != "raised":
@@ -177,23 +284,38 @@ def _compare(ours_trace, theirs_trace, program):
             return
         ours_state, theirs_state = ours[-1], theirs[-1]
         assert state_signature(ours_state) == state_signature(theirs_state), where
-        ours_leaves, theirs_leaves = _without_keys(ours_state, theirs_state)
+        ours_leaves, theirs_leaves = _state_leaves(ours_state, theirs_state, flat)
+        if ours[0] == "step" and ours[1] is not None:
+            compared = (ours_leaves + tree_math.leaves(ours[1]),
+                        theirs_leaves + jax.tree_util.tree_leaves(theirs[1]))
+            if _multisteps_zero_times_inf(program, *compared):
+                return
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
         values = not any("galore" in c.name for c in _configs(program.config))
         if values:
+            # Schedule-free's averaging weights come from its float32 warmup schedule value.
+            rtol, atol = (testing.tolerance(torch.zeros((), dtype=torch.float32))
+                          if any("schedule_free" in c.name for c in _configs(program.config))
+                          else (None, None))
             testing.assert_trees_all_close(ours_leaves, _kernel_moments(ours_leaves, theirs_leaves),
-                                           what=f"{where}: state")
+                                           rtol=rtol, atol=atol, what=f"{where}: state")
         if ours[0] == "step":
             for position, what in ((1, "updates"), (2, "params")):
+                if ours[position] is None:
+                    continue
                 assert (_dtype_names(ours[position], True)
                         == _dtype_names(theirs[position], False)), f"{where}: {what} dtypes"
                 if values:
-                    # The state's leaves (hyper-parameters among them) feed the step: a
-                    # float32 learning rate gives float64 updates float32's precision.
+                    # The state's leaves (hyper-parameters among them) and the schedules feed
+                    # the step: a float32 learning rate gives float64 updates float32's
+                    # precision.
                     rtol, atol = testing.tolerance(ours[position], theirs[position],
-                                                   ours_leaves)
+                                                   ours_leaves, _schedule_values(program),
+                                                   **_muon_tolerances(program))
                     testing.assert_trees_all_close(ours[position], theirs[position], rtol=rtol,
                                                    atol=atol, what=f"{where}: {what}")
+            if _trust_ratio_switch_split(program, ours[2], theirs[2]):
+                return
     assert len(ours_trace) == len(theirs_trace), f"{program!r}: {ours_trace[-1]!r}"
 
 
@@ -204,23 +326,68 @@ def _check(program, dtype):
         _compare(_run(program, ox), _run(program, optax), program)
 
 
+def _assume_comparable(program, dtype):
+    """Leaves out the programs of the module docstring's quirks."""
+    # A deliberate difference: JAX without x64 silently makes a requested float64 buffer
+    # float32; PyTorch honours float64 in either mode.
+    assume(dtype == torch.float64 or "torch.float64" not in repr(program.config))
+    assume(not _cancelling_centred_variance(program.config))
+    assume(not _jax_svd_may_hang(program))
+
+
+def _check_fused(program, dtype):
+    """Compares ``fused_step`` with Optax on ``program`` if it is flat-safe, Optax runs it, and
+    ``fused_step`` accepts it (else rejects it, noting why as a hypothesis event)."""
+    _assume_comparable(program, dtype)
+    x64 = dtype == torch.float64
+    with warnings.catch_warnings(), jax.enable_x64(x64), ox.config.enable_x64(x64):
+        warnings.simplefilter("ignore")
+        try:  # whether building raises as in Optax is the programs tests' business
+            tx = program.config.build(ox)
+        except Exception:
+            tx = None
+        if tx is None or bb.why_not_elementwise(tx) is not None:
+            event("not flat-safe")
+            assume(False)
+        theirs = _run(program, optax)
+        if theirs[-1][0] == "raised":
+            event("Optax raised")
+            assume(False)
+        try:
+            ours = _run_fused(program, tx)
+        except ValueError as error:
+            if not str(error).startswith("fused_step:"):
+                raise
+            event("refused by fused_step")
+            assume(False)
+        event("ran on the fused path")
+        _compare(ours, theirs, program, flat=True)
+
+
 @FUZZ
 @given(program=strategies.programs(dtype=torch.float32))
 def test_float32_programs_with_x64_off_match_optax(program):
-    # A deliberate difference: JAX without x64 silently makes a requested float64 buffer
-    # float32; PyTorch honours float64 in either mode.
-    assume("torch.float64" not in repr(program.config))
-    assume(not _cancelling_centred_variance(program.config))
-    assume(not _jax_svd_may_hang(program))
+    _assume_comparable(program, torch.float32)
     _check(program, torch.float32)
 
 
 @FUZZ
 @given(program=strategies.programs(dtype=torch.float64))
 def test_float64_programs_with_x64_on_match_optax(program):
-    assume(not _cancelling_centred_variance(program.config))
-    assume(not _jax_svd_may_hang(program))
+    _assume_comparable(program, torch.float64)
     _check(program, torch.float64)
+
+
+@FUSED
+@given(program=strategies.programs(dtype=torch.float32))
+def test_fused_step_in_float32_with_x64_off_matches_optax(program):
+    _check_fused(program, torch.float32)
+
+
+@FUSED
+@given(program=strategies.programs(dtype=torch.float64))
+def test_fused_step_in_float64_with_x64_on_matches_optax(program):
+    _check_fused(program, torch.float64)
 
 
 def test_grammar_covers_the_combinators_and_every_drawable_transform():

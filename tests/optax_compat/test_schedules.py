@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import optax_compat as ox
+from optax_compat._src.building_blocks import is_weak
 from optax_compat.testing import jax_precision
 
 # Every third count to 200, plus both sides of the decay ends used below.
@@ -71,11 +72,19 @@ def _values_and_dtypes(schedule, counts, as_count):
     return np.array([float(v) for v in values]), dtypes
 
 
+def _weak_types(schedule, counts, as_count):
+    """Whether each value is weakly typed: JAX's flag for Optax's, ``is_weak`` for ours."""
+    values = [schedule(as_count(count)) for count in counts]
+    return [is_weak(v) if isinstance(v, torch.Tensor) else bool(jnp.asarray(v).weak_type)
+            for v in values]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["x64_off", "x64_on"])
 @pytest.mark.parametrize("name,kwargs", CONFIGS,
                          ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)])
 def test_schedule_matches_optax(name, kwargs, dtype):
-    """Values and dtypes at counts up to and past the decay, in JAX's 32-bit and 64-bit modes.
+    """Values and dtypes (and in 64-bit mode weak types) at counts up to and past the decay, in
+    JAX's 32-bit and 64-bit modes.
 
     JAX's mode and ``optax_compat.config``'s switch are set together: float32 values with x64
     off, and with it on float64 from Python ints while an int32 count divided by an int stays
@@ -91,6 +100,11 @@ def test_schedule_matches_optax(name, kwargs, dtype):
                                                lambda c: torch.tensor(c, dtype=torch.int32))
         theirs_int, theirs_int_dtypes = _values_and_dtypes(theirs_schedule, COUNTS[::10], int)
         ours_int, ours_int_dtypes = _values_and_dtypes(ours_schedule, COUNTS[::10], int)
+        if dtype == torch.float64:  # With x64 off every value is float32, weak or not.
+            assert (_weak_types(ours_schedule, COUNTS[::10],
+                                lambda c: torch.tensor(c, dtype=torch.int32))
+                    == _weak_types(theirs_schedule, COUNTS[::10],
+                                   lambda c: jnp.asarray(c, jnp.int32)))
     assert getattr(ox.schedules, name) is getattr(ox, name)
     assert (ours_dtypes, ours_int_dtypes) == (theirs_dtypes, theirs_int_dtypes)
     # Tolerances follow the dtype of the values (float32 values stay float32 in 64-bit mode);
@@ -105,9 +119,11 @@ def test_schedule_matches_optax(name, kwargs, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["x64_off", "x64_on"])
-@pytest.mark.parametrize("pieces", ["constant-linear-constant", "cosine-linear", "pwc-exp"])
+@pytest.mark.parametrize("pieces", ["constant-linear-constant", "cosine-linear", "pwc-exp",
+                                    "interpolate-linear", "exp-onecycle"])
 def test_join_schedules_matches_optax(pieces, dtype):
-    """``jnp.where`` promotion: a strong float32 piece wins over a weak float64 one in x64."""
+    """``jnp.where`` promotion: a strong float32 piece wins over a weak float64 one in x64, and
+    two strong ones promote (a piecewise interpolation's float64 is strong)."""
     def schedules(lib):
         return {"constant-linear-constant": [lib.constant_schedule(1.0),
                                              lib.linear_schedule(1.0, 0.0, 50),
@@ -116,7 +132,14 @@ def test_join_schedules_matches_optax(pieces, dtype):
                                   lib.linear_schedule(0.5, 0.0, 50), lib.constant_schedule(0.3)],
                 "pwc-exp": [lib.piecewise_constant_schedule(1.0, {10: 0.5}),
                             lib.exponential_decay(0.5, 10, 0.5),
-                            lib.cosine_decay_schedule(0.3, 60)]}[pieces]
+                            lib.cosine_decay_schedule(0.3, 60)],
+                "interpolate-linear": [lib.piecewise_interpolate_schedule("linear", 1.0,
+                                                                          {40: 0.5}),
+                                       lib.linear_schedule(0.5, 0.0, 50),
+                                       lib.constant_schedule(0.3)],
+                "exp-onecycle": [lib.exponential_decay(0.5, 10, 0.5),
+                                 lib.linear_onecycle_schedule(50, 0.5),
+                                 lib.linear_schedule(0.5, 0.0, 50)]}[pieces]
     with jax_precision(dtype):
         theirs = optax.join_schedules(schedules(optax), boundaries=[30, 90])
         ours = ox.join_schedules(schedules(ox), boundaries=[30, 90])

@@ -142,6 +142,17 @@ def test_novograd_first_moment_dtype():
     assert all(x.shape == () for x in optree.tree_leaves(state.nu))
 
 
+def test_novograd_divides_narrower_updates_in_its_state_dtype_like_optax():
+    """float32 updates (an inner ``mu_dtype``) over float64 params: JAX promotes them to the
+    0-d float64 ``nu`` they are divided by."""
+    import jax.numpy as jnp
+
+    compare_with_optax(
+        optax_compat.chain(T.scale_by_novograd(mu_dtype=torch.float32), T.scale_by_novograd()),
+        lambda: jit_optax(optax.chain(optax.scale_by_novograd(mu_dtype=jnp.float32),
+                                      optax.scale_by_novograd())), torch.float64, steps=3)
+
+
 @pytest.mark.parametrize("name", ["scale_by_adam", "scale_by_amsgrad", "scale_by_lion"])
 def test_mu_dtype_is_kept_across_steps(name):
     tx = getattr(T, name)(mu_dtype=torch.float64)

@@ -27,6 +27,7 @@ A transformation in five lines (Optax's shape, run on foreach kernels)::
 
 from optax_compat._src.building_blocks import tree_math
 from optax_compat._src.building_blocks.dtypes import (
+    as_strong,
     as_weak,
     canonical_dtype,
     default_float,

@@ -15,12 +15,14 @@ float (:func:`default_float`, what JAX makes of Python numbers), are weak. Hence
   leaf's dtype and never promotes a leaf, as a weak value or an explicitly cast one in Optax;
 * two scalars combine with :func:`result_dtype`: a strong dtype wins over a weak one, two of a
   kind promote (``join_schedules``, ``inject_hyperparams`` converting weak schedule values);
-* a Python number made into a tensor takes :func:`default_float` (:func:`as_weak`).
+* a Python number made into a tensor takes :func:`default_float` (:func:`as_weak`);
+* a value JAX makes strong although it has the default float (an array built with
+  ``jnp.stack``, as Optax's piecewise interpolation and one-cycle schedules do) is marked with
+  :func:`as_strong`.
 
 With 64-bit mode off every float is float32 and the rule is exact; in 64-bit mode a float32
-value computed from the int32 step count is strong (as in JAX) and a float64 one weak, which is
-what Optax's schedules give, except the one-cycle schedules' strong float64 (an Optax quirk that
-only shows in a float32 program run in 64-bit mode).
+value computed from the int32 step count is strong (as in JAX) and a float64 one weak unless
+marked strong, which is what Optax's schedules give.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ import numpy as np
 import torch
 
 from optax_compat._src.config import config
+
+# The attribute marking a tensor of the default float as strongly typed (see :func:`as_strong`).
+_STRONG = "_optax_compat_strong_type"
 
 
 def default_float() -> torch.dtype:
@@ -75,8 +80,15 @@ def canonical_dtype(dtype: Any) -> Optional[torch.dtype]:
 def is_weak(value: Any) -> bool:
     """Whether ``value`` counts as weakly typed (the rule in this module's docstring)."""
     if isinstance(value, torch.Tensor):
-        return value.ndim == 0 and value.dtype == default_float()
+        return (value.ndim == 0 and value.dtype == default_float()
+                and not getattr(value, _STRONG, False))
     return isinstance(value, (int, float, complex))
+
+
+def as_strong(value: torch.Tensor) -> torch.Tensor:
+    """``value``, marked strongly typed (so :func:`is_weak` is false for it), and returned."""
+    setattr(value, _STRONG, True)
+    return value
 
 
 def result_dtype(*values: Any) -> torch.dtype:
