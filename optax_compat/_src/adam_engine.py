@@ -8,7 +8,8 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
 
 ``"formula"``
   Optax's expression operation by operation (building blocks only): every dtype, complex
-  leaves, ``mu_dtype``, Nesterov, tensor hyper-parameters, and anything autograd records.
+  leaves, ``mu_dtype``, Nesterov, tensor hyper-parameters, grads shaped unlike the moments
+  (broadcast as in Optax), and anything autograd records.
 ``"foreach"``
   The same numbers with the fewest passes and allocations, when nothing is recorded:
   ``(m / c1) / (sqrt(v / c2 + eps_root) + eps)`` is evaluated as
@@ -23,7 +24,7 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
   (params and moments written). It reads its inputs as packed memory, so grads are made
   contiguous (a copy only when they are not), buffers it writes in place must be contiguous,
   and each grad must have its moments' shape (it checks sizes, not shapes; other shapes take
-  the foreach path, which broadcasts as Optax does or raises); all on the CPU or all on CUDA,
+  the formula path, which broadcasts as Optax does or raises); all on the CPU or all on CUDA,
   float32 or float64, one dtype, eager mode, ``eps_root == 0``.
 
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
@@ -147,6 +148,8 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     if any(dtype.is_complex for dtype in dtypes) or not all(
             _same_dtypes(gs, dtypes, buffers) for buffers in (mus, nus)):
         return "formula"
+    if not all(map(torch.Tensor.is_same_size, gs, mus)):
+        return "formula"  # grads that broadcast against the moments, as Optax's do
     if (terms is not None and mode != "inplace" and len(dtypes) == 1
             and _kernel_fits(hp, gs, mus, nus, mode, terms, params)):
         return "kernel"
@@ -183,8 +186,6 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     if (set(map(type, gs)) != {torch.Tensor} or set(tm.attributes("layout", gs)) != {torch.strided}
             or not (all(tm.attributes("is_cpu", gs)) or all(tm.attributes("is_cuda", gs)))):
         return False
-    if not all(map(torch.Tensor.is_same_size, gs, mus)):
-        return False  # broadcastable grads take the foreach path
     # Buffers written in place are read by the kernel as packed memory.
     return (mode != "apply" or params is None
             or all(map(torch.Tensor.is_contiguous, itertools.chain(mus, nus, params))))

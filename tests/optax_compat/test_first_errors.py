@@ -115,10 +115,15 @@ OPTAX_SHAPE_CASES = {
 
 
 @pytest.mark.parametrize("name", list(OPTAX_SHAPE_CASES))
-def test_shapes_that_broadcast_are_accepted_as_in_optax(name):
+@pytest.mark.parametrize("params, grads", [
+    ({"w": torch.linspace(-1.0, 1.0, 6).reshape(3, 2)},
+     {"w": torch.tensor([[0.5], [-1.0], [2.0]])}),
+    # Wider than the moments: Optax's updates and new moments take the broadcast shape (what
+    # ``scale_by_distance_over_gradients`` hands on for a 0-d parameter).
+    ({"w": torch.tensor(1.5)}, {"w": torch.tensor([0.3])}),
+], ids=["narrower", "wider"])
+def test_shapes_that_broadcast_are_accepted_as_in_optax(name, params, grads):
     ours, theirs = SHAPE_CASES[name](), OPTAX_SHAPE_CASES[name]()
-    params = {"w": torch.linspace(-1.0, 1.0, 6).reshape(3, 2)}
-    grads = {"w": torch.tensor([[0.5], [-1.0], [2.0]])}
     updates, _ = ours.update(grads, ours.init(params), params)
     jax_params = {"w": jnp.asarray(params["w"].numpy())}
     expected, _ = theirs.update({"w": jnp.asarray(grads["w"].numpy())},

@@ -697,7 +697,13 @@ def moving_average(moments: Leaves, values: Leaves, decay: float, *,
     """
     if not moments:
         return moments
-    scaled = mul_(moments, decay) if inplace else mul(moments, decay)
+    if inplace:
+        scaled = mul_(moments, decay)
+    else:
+        scaled = mul(moments, decay)
+        if not all(map(torch.Tensor.is_same_size, scaled, values)):
+            # Values wider than the moments (JAX broadcasts them): new moments of their shape.
+            return list(torch._foreach_add(scaled, values, alpha=1 - decay))
     torch._foreach_add_(scaled, values, alpha=1 - decay)
     return scaled
 
