@@ -81,9 +81,12 @@ def scale_by_madgrad(
         sums = bb.state_leaves(state.s, spec, updates, "state.s")
         initial = bb.state_leaves(state.x0, spec, updates, "state.x0")
         rate = learning_rate(state.count) if callable(learning_rate) else learning_rate
-        # ``jnp.sqrt`` of Optax's int32 ``count + 1`` is float32 whatever the precision mode.
+        stable_rate = rate + eps
+        # ``jnp.sqrt`` of Optax's int32 ``count + 1`` is float32 whatever the precision mode,
+        # and wins over a weakly typed rate (a float64 schedule value in 64-bit mode).
         root_steps = torch.sqrt((state.count + 1).to(torch.float32))
-        weight = tm.scalar_like((rate + eps) * root_steps, gs)
+        dtype = bb.result_dtype(stable_rate, root_steps)
+        weight = tm.scalar_like(bb.as_weak(stable_rate).to(dtype) * root_steps.to(dtype), gs)
         sums_sq = tm.add(sums_sq, tm.mul(tm.square(gs), weight))
         sums = tm.add(sums, tm.mul(gs, weight))
         # ``cbrt`` as a power: the accumulated squares are never negative.

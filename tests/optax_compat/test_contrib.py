@@ -151,6 +151,10 @@ CASES = [
     Case("madgrad", "schedule_decay",
          lambda lib: {"learning_rate": schedule(lib), "momentum": 0.5,
                       "weight_decay": 0.1, "eps": 1e-4}, BOTH, jit=False),
+    # A weakly typed float64 schedule value meets the float32 ``sqrt(count + 1)``: float32.
+    Case("madgrad", "weak_schedule",
+         lambda lib: {"learning_rate": lib.cosine_decay_schedule(0.3, 9, alpha=0.5)}, BOTH,
+         jit=False),
     Case("scale_by_madgrad", "default", lambda lib: {"learning_rate": 0.05}),
     Case("prodigy", "default", lambda lib: {"learning_rate": 0.1}, BOTH),
     Case("prodigy", "beta3_coef_decay_schedule",

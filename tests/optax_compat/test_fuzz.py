@@ -57,8 +57,11 @@ Optax quirks that the fuzzer steps around, each for a reason:
   float64 updates float32's precision, and inside Optax's compiled ``lax.cond`` XLA may round
   that float32 value one ulp away from op-by-op Optax (and computes a float32 cosine a few
   ulps away from PyTorch's).
-* Likewise the state of schedule-free transforms (their averaging weights come from their
-  warmup schedule's float32 value) is compared at float32's tolerance: in a float64 program,
+* Likewise state leaves are compared at the tolerance of the least precise of them and of
+  the schedules' values (each piece of a ``join_schedules`` included: the joined value has
+  the precision of the piece in force), as state such as MADGRAD's accumulates the learning
+  rate; and the state of schedule-free transforms (their averaging weights come from their
+  warmup schedule's float32 value) at float32's tolerance: in a float64 program,
   Optax gives 5.418682246e-4 under ``lax.cond`` and 5.418683113e-4 (ours) with
   ``jax.disable_jit()``.
 * A trust ratio (``lamb``, ``lars``, ``scale_by_trust_ratio``) is compared up to the step
@@ -239,11 +242,14 @@ def _state_leaves(ours_state, theirs_state, flat):
 
 
 def _schedule_values(program):
-    """Each schedule's value at an int32 count: float32 for most, even in 64-bit mode."""
+    """Each schedule's value at an int32 count: float32 for most, even in 64-bit mode. The
+    pieces of a ``join_schedules`` count too: the joined value takes the widest piece's dtype
+    and the precision of the piece in force."""
     count = torch.zeros((), dtype=torch.int32)
-    return [bb.as_weak(value(count)) for c in _configs(program.config)
+    return [bb.as_weak(piece.build(ox)(count)) for c in _configs(program.config)
             for value in (*c.args, *c.kwargs.values())
-            if isinstance(value, strategies.DescribedSchedule)]
+            if isinstance(value, strategies.DescribedSchedule)
+            for piece in _configs(value.config)]
 
 
 def _multisteps_zero_times_inf(program, ours_leaves, theirs_leaves) -> bool:
@@ -293,10 +299,11 @@ def _compare(ours_trace, theirs_trace, program, flat=False):
         assert _dtype_names(ours_leaves, True) == _dtype_names(theirs_leaves, False), where
         values = not any("galore" in c.name for c in _configs(program.config))
         if values:
-            # Schedule-free's averaging weights come from its float32 warmup schedule value.
+            # Schedule-free's averaging weights come from its float32 warmup schedule value;
+            # other state accumulates the schedules' values (MADGRAD's learning rate).
             rtol, atol = (testing.tolerance(torch.zeros((), dtype=torch.float32))
                           if any("schedule_free" in c.name for c in _configs(program.config))
-                          else (None, None))
+                          else testing.tolerance(ours_leaves, _schedule_values(program)))
             testing.assert_trees_all_close(ours_leaves, _kernel_moments(ours_leaves, theirs_leaves),
                                            rtol=rtol, atol=atol, what=f"{where}: state")
         if ours[0] == "step":
