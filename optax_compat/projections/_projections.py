@@ -28,7 +28,7 @@ def _tensor_leaves(tree: Any, what: str) -> tuple[tm.Leaves, optree.PyTreeSpec]:
         tree, none_is_leaf=tm.NONE_IS_LEAF, namespace=tm.NAMESPACE)
     path, leaf = next((p, x) for p, x in zip(paths, path_leaves)
                       if not isinstance(x, torch.Tensor))
-    raise TypeError(f"The leaf of {what} at path {tm._path_str(path)} is a {type(leaf).__name__}; "
+    raise TypeError(f"The leaf of {what} at path {tm.path_str(path)} is a {type(leaf).__name__}; "
                     "projections act on trees of tensors.")
 
 

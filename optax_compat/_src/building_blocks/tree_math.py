@@ -169,10 +169,11 @@ def _entry(path: tuple[Any, ...]) -> str:
     """``key 'b'`` for a top-level dict key, else ``leaf at path ['a'][1]``."""
     if len(path) == 1 and isinstance(path[0], str):
         return f"key {path[0]!r}"
-    return f"leaf at path {_path_str(path)}"
+    return f"leaf at path {path_str(path)}"
 
 
-def _path_str(path: tuple[Any, ...]) -> str:
+def path_str(path: tuple[Any, ...]) -> str:
+    """A path from ``optree.tree_flatten_with_path`` as subscripts, e.g. ``['w'][0]``."""
     return "".join(f"[{key!r}]" for key in path) or "<root>"
 
 
@@ -630,7 +631,7 @@ def float_leaves(tree: Any, what: str = "updates") -> tuple[Leaves, optree.PyTre
                                                           namespace=NAMESPACE)
     path, leaf = next((p, x) for p, x in zip(paths, path_leaves) if not is_inexact(x))
     kind = leaf.dtype if isinstance(leaf, torch.Tensor) else type(leaf).__name__
-    raise TypeError(f"The leaf of {what} at path {_path_str(path)} is {kind}; a floating-point "
+    raise TypeError(f"The leaf of {what} at path {path_str(path)} is {kind}; a floating-point "
                     "or complex tensor is required.")
 
 
