@@ -148,7 +148,7 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     if any(dtype.is_complex for dtype in dtypes) or not all(
             _same_dtypes(gs, dtypes, buffers) for buffers in (mus, nus)):
         return "formula"
-    if not all(map(torch.Tensor.is_same_size, gs, mus)):
+    if not tm.same_shapes(gs, mus):
         return "formula"  # grads that broadcast against the moments, as Optax's do
     if (terms is not None and mode != "inplace" and len(dtypes) == 1
             and _kernel_fits(hp, gs, mus, nus, mode, terms, params)):

@@ -597,6 +597,15 @@ def blocks(*groups: Leaves, split: bool = True) -> Iterator[tuple[Leaves, ...]]:
         yield block
 
 
+def same_shapes(xs: Leaves, ys: Leaves) -> bool:
+    """Whether the two lists hold leaves of equal shapes, pairwise: one C-level pass in eager
+    mode (``Tensor.is_same_size``; building ``torch.Size`` objects costs more), shape
+    comparisons Dynamo resolves at trace time under ``torch.compile``."""
+    if torch.compiler.is_compiling():
+        return all(x.shape == y.shape for x, y in zip(xs, ys))
+    return all(map(torch.Tensor.is_same_size, xs, ys))
+
+
 def same_dtypes(xs: Leaves, ys: Leaves) -> bool:
     """Whether the two lists hold leaves of equal dtypes, pairwise (in-place paths need it)."""
     return [x.dtype for x in xs] == [y.dtype for y in ys]
@@ -702,7 +711,7 @@ def moving_average(moments: Leaves, values: Leaves, decay: float, *,
         scaled = mul_(moments, decay)
     else:
         scaled = mul(moments, decay)
-        if not all(map(torch.Tensor.is_same_size, scaled, values)):
+        if not same_shapes(scaled, values):
             # Values wider than the moments (JAX broadcasts them): new moments of their shape.
             return list(torch._foreach_add(scaled, values, alpha=1 - decay))
     torch._foreach_add_(scaled, values, alpha=1 - decay)
