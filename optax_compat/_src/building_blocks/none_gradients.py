@@ -40,7 +40,7 @@ import functools
 import itertools
 import operator
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import optree
@@ -173,26 +173,12 @@ def pruning(updates: Any) -> Pruning | None:
     return Pruning(updates, leaves, spec) if _has_none(leaves) else None
 
 
-@contextlib.contextmanager
-def _checked(updates: Any) -> Iterator[Pruning | None]:
-    """Checks ``updates`` for ``None`` leaves, yielding a :class:`Pruning` if it has some.
-
-    Without ``None`` the block runs with the nested transformations' checks skipped.
-    """
-    if _SCOPE.checked:
-        yield None
-        return
-    if torch.compiler.is_compiling():
-        yield pruning(updates)
-        return
-    if _holds_none(tm.treespec(updates)):
-        yield Pruning(updates, *_flatten(updates))
-        return
-    _SCOPE.checked = True
-    try:
-        yield None
-    finally:
-        _SCOPE.checked = False
+def _present_check(updates: Any) -> Pruning | None:
+    """:func:`pruning`, in eager mode from the structure of ``updates`` (whether it holds a
+    ``None`` node is cached per structure) before anything is flattened with ``None`` leaves."""
+    if torch.compiler.is_compiling() or _holds_none(tm.treespec(updates)):
+        return pruning(updates)
+    return None
 
 
 def _holds_none(spec: optree.PyTreeSpec) -> bool:
@@ -251,9 +237,15 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
         if _SCOPE.checked:
             return update_fn(updates, state, *args, **kwargs)
         try:
-            with _checked(updates) as plan:
-                if plan is None:
+            plan = _present_check(updates)
+            if plan is None:
+                if torch.compiler.is_compiling():
                     return update_fn(updates, state, *args, **kwargs)
+                _SCOPE.checked = True
+                try:
+                    return update_fn(updates, state, *args, **kwargs)
+                finally:
+                    _SCOPE.checked = False
             params = _params_argument(args, kwargs)
             hidden_params, hidden_state = plan.params(params), plan.state(state)
             if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
@@ -355,9 +347,9 @@ def tolerates_none_step(step: StepFn) -> StepFn:
 
     @functools.wraps(step)
     def step_present(params: Any, grads: Any, state: Any) -> Any:
-        with _checked(grads) as plan:
-            if plan is None:
-                return step(params, grads, state)
+        plan = _present_check(grads)
+        if plan is None:
+            return step(params, grads, state)
         hidden_params, hidden_state = plan.params(params), plan.state(state)
         if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
             return step(params, grads, state)
