@@ -146,8 +146,8 @@ def test_inplace_noise_is_drawn_one_leaf_at_a_time():
     grads = random_tree(shapes, seed=1)
     state = tx.init(params)
     peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
-    # About ten leaves' worth of int64 hashing, plus a few 0-d tensors (12 leaves measured
-    # 48,016 bytes in one run): bounded by a quarter of the params.
+    # About ten leaves' worth of int64 hashing plus a few 0-d tensors (48,016 bytes seen in one
+    # run): bounded by sixteen leaves, under a third of the params.
     assert peak <= 16 * leaf_bytes < param_bytes / 3, f"{peak} bytes at peak"
     assert_inplace_matches_pure(optax.noisy_sgd(1e-3, key=0), torch.float32,
                                 params=random_tree(shapes),
