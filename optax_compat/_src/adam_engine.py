@@ -27,6 +27,12 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
   the formula path, which broadcasts as Optax does or raises); all on the CPU or all on CUDA,
   float32 or float64, one dtype, eager mode, ``eps_root == 0``.
 
+A whole step (``"apply"`` mode: an alias's update added to the params) runs here on the
+``"kernel"`` path or, where the kernel does not fit, on the ``"foreach"`` path, which then adds
+``m / (d / s)`` to the params in one pass (``d`` the denominator above, ``s = -lr * k``; AdamW
+first scales the params by ``1 - lr * wd``, as the kernel does). ``"formula"`` leaves such a
+step to the alias's transformations, one after another.
+
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
 an infinite moment into NaN at the next finite gradient), except inside the fused kernel, whose
 first moment is a ``lerp``: from the first finite gradient after an infinite one, its ``mu``
@@ -111,13 +117,16 @@ class AliasTerms(NamedTuple):
     The update is ``-lr * (direction + weight_decay * params)``; ``l2`` is TorchOpt's coupled
     decay (``g + l2 * params`` before the moments) and ``maximize`` its sign flip of ``g``.
     A ``weight_decay`` the kernel cannot express (a masked one, a schedule) is given as is or
-    as ``None``: such steps run through the chain.
+    as ``None``: such steps run through the chain. ``fused_kernel=False`` keeps the step off
+    PyTorch's fused kernel (whose first moment is a ``lerp``): TorchOpt's ``adam`` without
+    ``use_accelerated_op`` runs on the multi-tensor paths only.
     """
 
     learning_rate: base.ScalarOrSchedule
     weight_decay: Any = 0.0
     l2: Any = 0.0
     maximize: bool = False
+    fused_kernel: bool = True
 
 
 def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mode: Mode,
@@ -153,6 +162,8 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     if (terms is not None and mode != "inplace" and len(dtypes) == 1
             and _kernel_fits(hp, gs, mus, nus, mode, terms, params)):
         return "kernel"
+    if mode == "apply" and terms is not None and not _foreach_applies(gs, dtypes, terms, params):
+        return "formula"
     return "foreach"
 
 
@@ -168,11 +179,21 @@ def _same_dtypes(gs: tm.Leaves, dtypes: set[torch.dtype], others: tm.Leaves) -> 
     return tm.same_dtypes(gs, others)
 
 
+def _foreach_applies(gs: tm.Leaves, dtypes: set[torch.dtype], terms: AliasTerms,
+                     params: Optional[tm.Leaves]) -> bool:
+    """Whether the ``"foreach"`` path applies this alias's whole step: decay terms that are
+    numbers, and params shaped and typed as the grads."""
+    return (bb.is_number(terms.weight_decay) and bb.is_number(terms.l2) and params is not None
+            and _same_dtypes(gs, dtypes, params) and tm.same_shapes(gs, params)
+            and not tm.is_recording(params))
+
+
 def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
                  mode: Mode, terms: AliasTerms, params: Optional[tm.Leaves]) -> bool:
     """Whether the fused kernel computes this step, whose leaves have one dtype (see the
     module's docstring)."""
-    if (gs[0].dtype not in _KERNEL_DTYPES or torch.compiler.is_compiling()
+    if (not terms.fused_kernel or gs[0].dtype not in _KERNEL_DTYPES
+            or torch.compiler.is_compiling()
             or not bb.is_zero(hp.eps_root)
             or not all(map(bb.is_number, (terms.weight_decay, terms.l2)))
             or (mode == "pure" and not bb.is_zero(terms.l2))):
@@ -206,9 +227,10 @@ def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves
       mus: the first-moment buffers.
       nus: the second-moment buffers.
       mode: as for :func:`plan`.
-      terms: the alias's terms, on the ``"kernel"`` path.
-      params: the params' leaves, on the ``"kernel"`` path when it decays or applies.
-      lr: the learning rate's value at this step, on the ``"kernel"`` path.
+      terms: the alias's terms, on the ``"kernel"`` path and in ``"apply"`` mode.
+      params: the params' leaves, on the ``"kernel"`` path when it decays, in ``"apply"`` mode.
+      lr: the learning rate's value at this step, on the ``"kernel"`` path and in ``"apply"``
+        mode.
 
     Returns:
       ``(out, new_mus, new_nus)``: ``out`` is Adam's direction on the ``"formula"`` and
@@ -219,6 +241,9 @@ def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves
     if path == "kernel":
         assert terms is not None
         return _kernel(hp, count_inc, gs, mus, nus, mode == "apply", terms, params, lr)
+    if path == "foreach" and mode == "apply":
+        assert terms is not None and params is not None
+        return _foreach_apply(hp, count_inc, gs, mus, nus, terms, params, lr)
     if path == "foreach":
         return _foreach(hp, count_inc, gs, mus, nus, inplace)
     if not inplace:
@@ -255,6 +280,45 @@ def _formula(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: t
 def _foreach(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
              nus: tm.Leaves, inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
     """The same numbers with the fewest passes and allocations (nothing is recorded)."""
+    denominators, new_mus, new_nus, first, root_second = _moments_and_denominators(
+        hp, count_inc, gs, mus, nus, inplace)
+    # The direction is built in the denominator's buffer: 1 / d, then * m, then * k.
+    directions = tm.mul_(tm.reciprocal_(denominators), new_mus)
+    return tm.mul_(directions, tm.scalar_like(root_second / first, gs)), new_mus, new_nus
+
+
+def _foreach_apply(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves,
+                   mus: tm.Leaves, nus: tm.Leaves, terms: AliasTerms, params: tm.Leaves,
+                   lr: Any) -> tuple[None, tm.Leaves, tm.Leaves]:
+    """A whole ``adam``/``adamw`` step on the ``"foreach"`` path, written into ``params`` and
+    the moments' buffers; the grads' buffers hold the denominators."""
+    if terms.maximize:
+        tm.neg_(gs)
+    if not bb.is_zero(terms.l2):
+        tm.add_scaled_(gs, terms.l2, params)
+    denominators, new_mus, new_nus, first, root_second = _moments_and_denominators(
+        hp, count_inc, gs, mus, nus, inplace=True)
+    if not bb.is_zero(terms.weight_decay):
+        # The learning rate in each param's dtype first, as the chain multiplies by it.
+        lrs = tm.scalar_like(lr, params)
+        tm.mul_(params, [1 - x * terms.weight_decay for x in lrs] if isinstance(lrs, list)
+                else 1 - lrs * terms.weight_decay)
+    tm.div_(denominators, tm.scalar_like(-lr * root_second / first, gs))
+    tm.addcdiv_(params, new_mus, denominators)
+    return None, new_mus, new_nus
+
+
+def _moments_and_denominators(
+        hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
+        nus: tm.Leaves, inplace: bool,
+) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves, torch.Tensor, torch.Tensor]:
+    """Advances the moments and forms ``d = sqrt(v + eps_root * c2) + eps * sqrt(c2)`` (in the
+    updates' buffers when ``inplace``).
+
+    Returns:
+      ``(d, new_mus, new_nus, c1, sqrt(c2))``; Adam's direction is ``k * m / d`` with
+      ``k = sqrt(c2) / c1``.
+    """
     b1, b2, eps, eps_root = hp.b1, hp.b2, hp.eps, hp.eps_root
     new_mus = tm.moving_average(mus, gs, b1, inplace=inplace)
     new_nus = tm.mul_(nus, b2) if inplace else tm.mul(nus, b2)
@@ -271,9 +335,7 @@ def _foreach(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: t
         denominators = tm.sqrt_(tm.add_(denominators, shift) if inplace
                                 else tm.add(new_nus, shift))
     tm.add_(denominators, tm.scalar_like(eps * root_second, gs))
-    # The direction is built in the denominator's buffer: 1 / d, then * m, then * k.
-    directions = tm.mul_(tm.reciprocal_(denominators), new_mus)
-    return tm.mul_(directions, tm.scalar_like(root_second / first, gs)), new_mus, new_nus
+    return denominators, new_mus, new_nus, first, root_second
 
 
 def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,
@@ -418,8 +480,8 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
       hp: the hyper-parameters of its ``scale_by_adam``.
       terms: its learning rate and decay.
       chain_update: ``chain_update(updates, state, params, inplace)``, the chain's ``update``,
-        run on every path but the kernel; its state is a tuple holding one
-        ``ScaleByAdamState`` and, last, the learning rate's state.
+        run on every step the engine does not run whole (see :func:`plan`); its state is a
+        tuple holding one ``ScaleByAdamState`` and, last, the learning rate's state.
 
     Returns:
       The alias's ``update(updates, state, params=None, *, inplace=False, **extra_args)``
@@ -436,7 +498,8 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
         nus = bb.state_leaves(adam_state.nu, spec, updates, "state.nu")
         param_leaves = (None if params is None
                         else bb.params_leaves(params, spec, updates, "adam"))
-        if plan(hp, gs, mus, nus, mode, terms, param_leaves) != "kernel":
+        path = plan(hp, gs, mus, nus, mode, terms, param_leaves)
+        if path == "formula" or (path == "foreach" and mode != "apply"):
             return fallback()
         lr = terms.learning_rate
         if callable(lr):
@@ -448,7 +511,7 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
         else:
             new_lr_state = lr_state
         new_count = numerics.safe_increment(adam_state.count)
-        out, new_mus, new_nus = step("kernel", hp, new_count, gs, mus, nus, mode, terms,
+        out, new_mus, new_nus = step(path, hp, new_count, gs, mus, nus, mode, terms,
                                      param_leaves, lr)
         if mode == "apply":
             adam_state.count.copy_(new_count)
@@ -465,8 +528,8 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
                params: Optional[base.Params] = None, *, inplace: bool = False,
                **extra_args: Any) -> tuple[base.Updates, base.OptState]:
         del extra_args
-        if inplace:  # the kernel runs pure steps and whole steps only (see plan)
-            return chain_update(updates, state, params, True)
+        if inplace or not terms.fused_kernel:  # the engine runs these as whole steps only
+            return chain_update(updates, state, params, inplace)
         return run(updates, state, params, "pure",
                    lambda: chain_update(updates, state, params, False))
 

@@ -130,6 +130,59 @@ def test_other_paths_when_the_kernel_does_not_apply(kernel_calls: list[int]) -> 
     assert kernel_calls == []
 
 
+def mixed_tree(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
+    """float32 and float64 leaves in one tree: the kernel (one dtype) does not fit it."""
+    return {"single": make_tree(torch.float32, seed, scale),
+            "double": make_tree(torch.float64, seed + 100, scale)}
+
+
+@pytest.mark.parametrize("lr", ["constant", "schedule", "tensor"])
+@pytest.mark.parametrize(("alias", "tree"), [
+    *[(alias, "mixed") for alias in ("optax.adam", "optax.adamw")],
+    *[(alias, tree) for tree in ("float32", "float64", "mixed") for alias in (
+        "torchopt.adam", "torchopt.adam(l2, maximize)", "torchopt.adamw",
+        "torchopt.adamw(maximize)")]])
+def test_foreach_whole_steps_keep_the_chains_numbers(alias: str, lr: str, tree: str,
+                                                     kernel_calls: list[int]) -> None:
+    """Whole steps where the kernel does not run (TorchOpt's Adam without the accelerated op;
+    optax's on a tree of two dtypes, as the kernel takes one) add ``m / (d / s)`` in one pass:
+    the chain's numbers, within the multi-tensor path's rounding and the params' own."""
+
+    def build() -> Any:
+        learning_rate = {"constant": 0.1, "schedule": schedule(),
+                         "tensor": torch.tensor(0.05)}[lr]
+        hyper = {"b1": 0.8, "b2": 0.99, "eps": 1e-6}
+        if alias.startswith("optax"):
+            return getattr(optax_compat, alias[6:])(learning_rate, **hyper)
+        flags = {"maximize": "maximize" in alias, "betas": (0.8, 0.99), "eps": 1e-6}
+        if alias.startswith("torchopt.adamw"):
+            return torchopt.adamw(learning_rate, weight_decay=0.05, **flags)
+        return torchopt.adam(learning_rate, weight_decay=0.05 if "l2" in alias else 0.0, **flags)
+
+    def make(seed: int = 0, scale: float = 1.0) -> Any:
+        return (mixed_tree(seed, scale) if tree == "mixed"
+                else make_tree(getattr(torch, tree), seed, scale))
+
+    dtype = torch.float64 if tree == "float64" else torch.float32
+    whole, chained = build(), build()
+    apply_step = optax_compat.inplace_step(whole)
+    assert apply_step is not None
+    params = make()
+    whole_params, whole_state, state = clone(params), whole.init(params), chained.init(params)
+    for step in range(12):
+        grads = make(seed=step + 1, scale=0.1 + step % 3)
+        updates, state = chained.update(clone(grads), state, params=params, inplace=False)
+        whole_state = apply_step(whole_params, grads, whole_state)
+        new_params = optax_compat.apply_updates(params, updates)
+        scale = max(float(u.abs().max()) for u in leaves(updates))
+        ulp = torch.finfo(dtype).eps * max(float(p.abs().max()) for p in leaves(new_params))
+        assert_leaves_close(whole_params, new_params, rtol=0,
+                            atol=ROUNDING[dtype] * scale + ulp, what=f"whole step {step}")
+        assert_leaves_close(whole_state, state, what=f"whole-step state {step}")
+        params, whole_params = new_params, clone(new_params)
+    assert kernel_calls == []
+
+
 @pytest.mark.parametrize("mode", ["pure", "inplace", "apply"])
 def test_plan(mode: str) -> None:
     hp = adam_engine.AdamHyperParams()
@@ -156,7 +209,7 @@ def test_inplace_step_only_on_the_aliases_themselves() -> None:
     assert optax_compat.inplace_step(optax_compat.sgd(0.1)) is None
     assert optax_compat.inplace_step(chain(optax_compat.adam(0.1))) is None
     assert optax_compat.inplace_step(torchopt.adam(use_accelerated_op=True)) is not None
-    assert optax_compat.inplace_step(torchopt.adam()) is None
+    assert optax_compat.inplace_step(torchopt.adam()) is not None
 
 
 def test_adamw_without_params_raises_as_the_chain_does() -> None:

@@ -48,8 +48,8 @@ def adam(lr: ScalarOrSchedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                moment_requires_grad=moment_requires_grad),
         scale_by_neg_lr(lr),
     ))
-    if not use_accelerated_op:
-        return tx
-    # The accelerated op: whole steps on PyTorch's fused kernel where it applies.
+    # Whole in-place steps on the Adam engine; the accelerated op's on PyTorch's fused kernel
+    # where it applies.
     return on_adam_engine(tx, b1, b2, eps, eps_root, AliasTerms(
-        lr, weight_decay=0.0, l2=weight_decay, maximize=maximize))
+        lr, weight_decay=0.0, l2=weight_decay, maximize=maximize,
+        fused_kernel=use_accelerated_op))

@@ -55,8 +55,8 @@ def adamw(lr: ScalarOrSchedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999)
         add_decayed_weights(weight_decay=weight_decay, mask=mask),
         scale_by_neg_lr(lr),
     ))
-    if not use_accelerated_op:
-        return tx
-    # The accelerated op: whole steps on PyTorch's fused kernel where it applies.
+    # Whole in-place steps on the Adam engine; the accelerated op's on PyTorch's fused kernel
+    # where it applies.
     return on_adam_engine(tx, b1, b2, eps, eps_root, AliasTerms(
-        lr, weight_decay=weight_decay if mask is None else None, l2=0.0, maximize=maximize))
+        lr, weight_decay=weight_decay if mask is None else None, l2=0.0, maximize=maximize,
+        fused_kernel=use_accelerated_op))

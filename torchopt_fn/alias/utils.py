@@ -169,8 +169,9 @@ def _keeping_chain_type(tx: GradientTransformation,
 def on_adam_engine(tx: GradientTransformation, b1: float, b2: float, eps: float, eps_root: float,
                    terms: adam_engine.AliasTerms) -> GradientTransformation:
     """``tx``, an Adam alias's chain, with an ``update`` that lets the Adam engine run the whole
-    alias on PyTorch's fused kernel when it applies, and the whole in-place step attached
-    (:func:`optax_compat.inplace_step`, used by :class:`torchopt_fn.Optimizer`)."""
+    alias on PyTorch's fused kernel when it applies (and ``terms.fused_kernel``), and the whole
+    in-place step attached (:func:`optax_compat.inplace_step`, used by
+    :class:`torchopt_fn.Optimizer`)."""
     hp = adam_engine.AdamHyperParams(b1, b2, eps, eps_root)
     steps = to_optax(tx)
 

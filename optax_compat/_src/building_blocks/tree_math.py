@@ -725,6 +725,20 @@ def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:
     return xs
 
 
+def addcdiv_(xs: Leaves, ys: Leaves, zs: Leaves) -> Leaves:
+    """Writes ``x + y / z`` into each ``x``, one pass (``torch._foreach_addcdiv_``)."""
+    if xs:
+        torch._foreach_addcdiv_(xs, ys, zs)
+    return xs
+
+
+def neg_(xs: Leaves) -> Leaves:
+    """Writes ``-x`` into each ``x``."""
+    if xs:
+        torch._foreach_neg_(xs)
+    return xs
+
+
 def sign_(xs: Leaves) -> Leaves:
     """Writes ``sign(x)`` into each ``x``, NaN staying NaN (see :func:`sign`), allocating nothing.
 
