@@ -353,13 +353,13 @@ def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm
     else:
         targets = list(map(torch.zeros_like, grads))  # packed, as the grads now are
         new_mus, new_nus = _packed_copies(mus), _packed_copies(nus)
-    # Optax's corrections, in the leaves' (one) dtype, against the kernel's float64 ones.
-    c1_optax = bb.bias_correction(b1, count_inc, gs[:1]).double()
-    c2_optax = bb.bias_correction(b2, count_inc, gs[:1]).double()
-    t = count_inc.double()
-    c1_kernel, c2_kernel = 1 - b1 ** t, 1 - b2 ** t
+    # Optax's corrections (both at once), in the leaves' (one) dtype, against the kernel's
+    # float64 ones: ratios = [c1_kernel / c1_optax, c2_kernel / c2_optax].
+    betas = torch.tensor((b1, b2), dtype=torch.float64, device=count_inc.device)
+    c_optax = bb.bias_correction(betas.to(dtype), count_inc, gs[:1])
+    ratios = (1 - betas ** count_inc.double()) / c_optax.double()
     lr_leaves = torch.as_tensor(lr, dtype=dtype, device=count_inc.device).double()
-    kernel_lr = lr_leaves * c1_kernel * torch.sqrt(c2_optax / c2_kernel) / c1_optax
+    kernel_lr = lr_leaves * ratios[0] / torch.sqrt(ratios[1])
     decays = not bb.is_zero(terms.weight_decay) and apply
     kernel = torch._fused_adamw_ if decays else torch._fused_adam_
     steps = count_inc.float()  # the kernels' (and torch.optim's) type for step counts
