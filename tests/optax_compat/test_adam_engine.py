@@ -37,6 +37,15 @@ def assert_within_rounding(ours: Any, reference: Any, dtype: torch.dtype, what: 
     assert_leaves_close(ours, reference, rtol=0, atol=KERNEL_ROUNDING[dtype] * scale, what=what)
 
 
+def assert_whole_step_close(ours: Any, new_params: Any, updates: Any, rounding: float,
+                            dtype: torch.dtype, what: str) -> None:
+    """A whole in-place step's params against ``apply_updates``'s: within ``rounding`` times
+    the largest update, plus the params' own rounding (an ulp of the largest param)."""
+    scale = max(float(u.abs().max()) for u in leaves(updates))
+    ulp = torch.finfo(dtype).eps * max(float(p.abs().max()) for p in leaves(new_params))
+    assert_leaves_close(ours, new_params, rtol=0, atol=rounding * scale + ulp, what=what)
+
+
 def optax_chain(learning_rate: Any, weight_decay: float | None = None,
                 mask: Any = None, **kwargs: Any) -> Any:
     """``adam`` (or with ``weight_decay``, ``adamw``) evaluated transform by transform."""
@@ -100,11 +109,8 @@ def test_kernel_paths_keep_optax_numbers(dtype: torch.dtype, lr: str,
         assert all(a is b for a, b in zip(before, leaves(whole_params), strict=True))
         assert_leaves_close(grads, grads_copy, rtol=0, atol=0, what="grads must be untouched")
         new_params = optax_compat.apply_updates(params, slow_updates)
-        # The params' own rounding (half an ulp of each) comes on top of the update's.
-        scale = max(float(u.abs().max()) for u in leaves(slow_updates))
-        ulp = torch.finfo(dtype).eps * max(float(p.abs().max()) for p in leaves(new_params))
-        assert_leaves_close(whole_params, new_params, rtol=0,
-                     atol=KERNEL_ROUNDING[dtype] * scale + ulp, what=f"whole step {step}")
+        assert_whole_step_close(whole_params, new_params, slow_updates, KERNEL_ROUNDING[dtype],
+                                dtype, f"whole step {step}")
         assert_leaves_close(whole_state, slow_state, what=f"whole-step state {step}")
         params = new_params
         whole_params = clone(params)
@@ -174,10 +180,8 @@ def test_foreach_whole_steps_keep_the_chains_numbers(alias: str, lr: str, tree: 
         updates, state = chained.update(clone(grads), state, params=params, inplace=False)
         whole_state = apply_step(whole_params, grads, whole_state)
         new_params = optax_compat.apply_updates(params, updates)
-        scale = max(float(u.abs().max()) for u in leaves(updates))
-        ulp = torch.finfo(dtype).eps * max(float(p.abs().max()) for p in leaves(new_params))
-        assert_leaves_close(whole_params, new_params, rtol=0,
-                            atol=ROUNDING[dtype] * scale + ulp, what=f"whole step {step}")
+        assert_whole_step_close(whole_params, new_params, updates, ROUNDING[dtype], dtype,
+                                f"whole step {step}")
         assert_leaves_close(whole_state, state, what=f"whole-step state {step}")
         params, whole_params = new_params, clone(new_params)
     assert kernel_calls == []
