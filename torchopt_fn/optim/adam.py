@@ -19,9 +19,10 @@ class Adam(HyperparameterOptimizer):
 
     See :func:`torchopt_fn.adam` for the arguments; the numeric ones are entries of every
     parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change.
-    With ``use_accelerated_op=True`` (and no ``eps_root``) each step runs PyTorch's fused Adam
-    kernel in place, on the same state (the alias's whole in-place step,
-    :func:`optax_compat.inplace_step`).
+    Each step is the alias's whole in-place step (:func:`optax_compat.inplace_step`), on the
+    same state: with ``use_accelerated_op=True`` (and no ``eps_root``) PyTorch's fused Adam
+    kernel, else the Adam engine's multi-tensor path (the gradients' buffers hold its
+    temporaries, as TorchOpt's ``inplace=True`` steps overwrite them).
     """
 
     def __init__(

@@ -19,9 +19,11 @@ class AdamW(HyperparameterOptimizer):
 
     See :func:`torchopt_fn.adamw` for the arguments; the numeric ones are entries of every
     parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change
-    (``mask`` is fixed). With ``use_accelerated_op=True`` (and no ``eps_root``) each step runs
-    PyTorch's fused AdamW kernel in place, on the same state (the alias's whole in-place step,
-    :func:`optax_compat.inplace_step`).
+    (``mask`` is fixed). Each step is the alias's whole in-place step
+    (:func:`optax_compat.inplace_step`), on the same state: with ``use_accelerated_op=True``
+    (and no ``eps_root``) PyTorch's fused AdamW kernel, else the Adam engine's multi-tensor path
+    (the gradients' buffers hold its temporaries, as TorchOpt's ``inplace=True`` steps
+    overwrite them; with a ``mask``, the chain's transformations one after another).
     """
 
     def __init__(
