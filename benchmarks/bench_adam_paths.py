@@ -18,7 +18,8 @@ gradients every step:
 * ``whole``: the whole in-place step, ``optax_compat.inplace_step(tx)`` (in older revisions,
   ``optax_compat._src.fused``'s ``adam``/``adamw``, the separate fused variant it replaced);
 * ``torchopt_fn.Adam`` and ``accelerated``: ``torchopt_fn.Adam``/``AdamW.step()`` with
-  ``.grad`` set, without and with ``use_accelerated_op``.
+  ``.grad`` set, without and with ``use_accelerated_op``;
+* ``torch fused``: ``torch.optim``'s ``fused=True`` step, for scale.
 
 Sizes: (a) 4M parameters in 100 tensors, (b) 1M in 1,000, (d) 1M in 10,000. Times are medians
 of interleaved steps, 1 thread, wall clock or (``--cpu-time``) the thread's CPU time. In-place
@@ -125,6 +126,7 @@ def paths(name: str, shapes: list[tuple[int, int]]) -> dict[str, Step]:
     ours_class = torchopt_fn.Adam if name == "adam" else torchopt_fn.AdamW
     steps = {
         "foreach": with_grads(torch_class, name, shapes, foreach=True),
+        "torch fused": with_grads(torch_class, name, shapes, fused=True),
         "pure": pure(name, shapes),
         "update(inplace)": update_inplace(name, shapes),
         "whole": whole(name, shapes),
