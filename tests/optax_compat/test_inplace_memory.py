@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import optax_compat as optax
+import torchopt_fn as torchopt
 from optax_compat._src import transform as T
 from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.testing import assert_inplace_matches_pure, random_tree
@@ -100,6 +101,27 @@ def test_an_inplace_update_allocates_less_than_the_parameters(name):
         _, state = tx.update(_grads(seed), state, params, inplace=True)
     grads = _grads(3)
     peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
+    assert peak <= BOUND < PARAM_BYTES, f"{name}: {peak} bytes at peak"
+
+
+WHOLE_STEPS = {
+    "adam (fused kernel)": lambda: optax.adam(1e-3),
+    "adamw (fused kernel)": lambda: optax.adamw(1e-3),
+    "torchopt adam (foreach)": lambda: torchopt.adam(1e-3, weight_decay=1e-2, maximize=True),
+    "torchopt adamw (foreach)": lambda: torchopt.adamw(1e-3, weight_decay=1e-2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHOLE_STEPS))
+def test_a_whole_adam_step_allocates_less_than_the_parameters(name):
+    tx = WHOLE_STEPS[name]()
+    apply_step = optax.inplace_step(tx)
+    params = random_tree(SHAPES, seed=0)
+    state = tx.init(params)
+    for seed in (1, 2):
+        state = apply_step(params, _grads(seed), state)
+    grads = _grads(3)
+    peak = peak_bytes(lambda: apply_step(params, grads, state))
     assert peak <= BOUND < PARAM_BYTES, f"{name}: {peak} bytes at peak"
 
 
