@@ -18,8 +18,11 @@ int64 on values below ``2 ** 32`` so that no product overflows; the uniforms hav
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
+
+from optax_compat._src.building_blocks import tree_math as tm
 
 _MASK = 0xFFFFFFFF
 _MULTIPLIER = 0x45D9F3B
@@ -34,12 +37,11 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
     return (x >> 16) ^ x
 
 
-def _stream(key: torch.Tensor, count: torch.Tensor, index: int) -> torch.Tensor:
-    """A 0-d int64 seed below ``2 ** 32`` for one leaf at one step."""
+def _step_word(key: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """A 0-d int64 word below ``2 ** 32`` mixing the key and the step count."""
     key = key.to(torch.int64)
     word = _hash32(_hash32(key) ^ _hash32(key >> 32))
-    word = _hash32(word ^ _hash32(count.to(torch.int64)))
-    return _hash32(word ^ index)
+    return _hash32(word ^ _hash32(count.to(torch.int64)))
 
 
 def normal_like(key: torch.Tensor, count: torch.Tensor, index: int,
@@ -56,15 +58,74 @@ def normal_like(key: torch.Tensor, count: torch.Tensor, index: int,
     Returns:
       A tensor of independent standard normal samples.
     """
-    positions = _hash32(torch.arange(like.numel(), dtype=torch.int64, device=like.device))
+    return _normals(_step_word(key, count), [index], [like])[0]
+
+
+def normal_chunks(key: torch.Tensor, count: torch.Tensor,
+                  likes: Sequence[torch.Tensor]) -> Iterator[tuple[slice, list[torch.Tensor]]]:
+    """Standard normal noise for every leaf of ``likes`` (leaf ``i`` draws as
+    :func:`normal_like` with ``index=i``), computed for runs of consecutive leaves at once.
+
+    A run holds leaves of one device and one computing dtype, at most
+    ``tree_math.BLOCK_ELEMENTS`` elements in all (a larger leaf runs alone): the hashing
+    temporaries span one run, and a thousand small leaves cost a few dozen kernels, not a few
+    dozen per leaf. Under ``torch.compile`` every leaf runs alone (Inductor fuses each one).
+
+    Yields:
+      ``(leaves, noise)``: the slice of ``likes`` a run covers and its leaves' noise.
+    """
+    word = _step_word(key, count)
+    start, elements, kind = 0, 0, None
+    alone = torch.compiler.is_compiling()
+    for stop, like in enumerate(likes):
+        like_kind = (like.device, _computing_dtype(like), like.is_complex())
+        if stop > start and (alone or like_kind != kind or like_kind[2]
+                             or elements + like.numel() > tm.BLOCK_ELEMENTS):
+            yield slice(start, stop), _normals(word, range(start, stop), likes[start:stop])
+            start, elements = stop, 0
+        kind = like_kind
+        elements += like.numel()
+    if start < len(likes):
+        yield slice(start, len(likes)), _normals(word, range(start, len(likes)), likes[start:])
+
+
+def _computing_dtype(like: torch.Tensor) -> torch.dtype:
+    """The dtype the uniforms and the Box-Muller transform are computed in for ``like``."""
     real_dtype = like.real.dtype if like.is_complex() else like.dtype
-    compute_dtype = real_dtype if real_dtype in (torch.float32, torch.float64) else torch.float32
-    first, second = (_hash32(positions ^ _stream(key, count, 2 * index + half)).to(compute_dtype)
-                     for half in (0, 1))
+    return real_dtype if real_dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _normals(word: torch.Tensor, indices: Sequence[int],
+             likes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The noise of leaves ``likes`` (of one device and computing dtype, at most one complex),
+    whose positions in their tree are ``indices``, hashed as one flat run."""
+    device, dtype = likes[0].device, _computing_dtype(likes[0])
+    sizes = [like.numel() for like in likes]
+    # Each element's position in its leaf, and the leaf's stream seed for each half.
+    positions = torch.cat([torch.arange(size, dtype=torch.int64, device=device)
+                           for size in sizes]) if len(likes) > 1 else torch.arange(
+        sizes[0], dtype=torch.int64, device=device)
+    positions = _hash32(positions)
+    leaf_halves = torch.tensor([[2 * index, 2 * index + 1] for index in indices],
+                               dtype=torch.int64, device=device)
+    seeds = _hash32(word ^ leaf_halves)
+    repeats = torch.tensor(sizes, device=device) if len(likes) > 1 else None
+
+    def uniform_bits(half: int) -> torch.Tensor:
+        seed = seeds[:, half]
+        if repeats is not None:
+            seed = torch.repeat_interleave(seed, repeats, output_size=positions.numel())
+        return _hash32(positions ^ seed).to(dtype)
+
+    first, second = uniform_bits(0), uniform_bits(1)
     radius = torch.sqrt(-2.0 * torch.log((first + 1.0) * _TWO_TO_MINUS_32))
     angle = (2.0 * math.pi * _TWO_TO_MINUS_32) * second
+    like = likes[0]
     if like.is_complex():
         scale = radius * math.sqrt(0.5)
         parts = torch.stack((scale * torch.cos(angle), scale * torch.sin(angle)), -1)
-        return torch.view_as_complex(parts.to(real_dtype).contiguous()).reshape(like.shape)
-    return (radius * torch.cos(angle)).to(real_dtype).reshape(like.shape)
+        return [torch.view_as_complex(parts.to(like.real.dtype).contiguous()).reshape(
+            like.shape)]
+    values = radius * torch.cos(angle)
+    return [piece.to(like.dtype).reshape(like.shape)
+            for piece, like in zip(values.split(sizes), likes, strict=True)]

@@ -108,7 +108,7 @@ def add_noise(
 
     Returns:
       A :class:`GradientTransformationExtraArgs` whose state carries the key and the step
-      count (its ``update`` accepts ``inplace``: one leaf's noise at a time). The
+      count (its ``update`` accepts ``inplace``: the noise of a run of leaves at a time). The
       noise of a step is a pure function of both (counter-based, see
       :mod:`optax_compat._src.counter_random`): the stream is reproducible, nothing is read on
       the host, and ``update`` compiles without graph breaks and runs on ``meta`` tensors.
@@ -148,15 +148,14 @@ def add_noise(
         standard_deviation = torch.sqrt(eta / count_inc.to(dtype) ** gamma)
         leaves, spec = tm.flatten(updates)
         new_state = AddNoiseState(count=count_inc, rng_key=state.rng_key)
+        runs = counter_random.normal_chunks(state.rng_key, state.count, leaves)
         if inplace and not tm.is_recording(leaves):
-            # One leaf's noise at a time (the kernels of the pure path): the temporary spans the
-            # largest leaf, not the parameters.
-            for i, x in enumerate(leaves):
-                noise = counter_random.normal_like(state.rng_key, state.count, i, x)
-                tm.add_([x], tm.mul_([noise], standard_deviation))
+            # One run of leaves at a time (the pure path's runs): the temporaries span a block
+            # or the largest leaf, not the parameters.
+            for run, noise in runs:
+                tm.add_(leaves[run], tm.mul_(noise, standard_deviation))
             return updates, new_state
-        noise = tm.unflatten(spec, [counter_random.normal_like(state.rng_key, state.count, i, x)
-                                    for i, x in enumerate(leaves)])
+        noise = tm.unflatten(spec, [leaf for _, noise in runs for leaf in noise])
         return _tree_math.tree_add_scale(updates, standard_deviation, noise), new_state
 
     return base.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import optax_compat as ox
+from optax_compat._src import counter_random
 from optax_compat.testing import (
     assert_inplace_matches_pure,
     compare_with_optax,
@@ -166,3 +167,21 @@ def test_add_noise_seed_argument():
     with pytest.raises(ValueError, match="Only one of seed or key"), pytest.warns(
             DeprecationWarning):
         ox.add_noise(1.0, 0.5, 1, seed=3)
+
+
+def test_add_noise_runs_of_leaves_draw_each_leaf_as_alone():
+    # Many small leaves are hashed in a few runs (a few dozen kernels, not a few dozen per leaf);
+    # each leaf gets the stream normal_like gives it alone, to float32 rounding (a leaf's last
+    # elements may meet a vectorized log or cos in a run and a scalar one alone).
+    key, count = torch.tensor(5), torch.tensor(2, dtype=torch.int32)
+    likes = [torch.zeros(size) for size in (1, 7, 300, 64)] + [
+        torch.zeros(3, 5, dtype=torch.float64), torch.zeros(4, dtype=torch.complex64),
+        torch.zeros(2, 2, dtype=torch.bfloat16)] + [torch.zeros(10, 10)] * 200
+    runs = list(counter_random.normal_chunks(key, count, likes))
+    # float32 | float64 | complex64 | bfloat16 and float32 (both computed in float32)
+    assert [run for run, _ in runs] == [slice(0, 4), slice(4, 5), slice(5, 6), slice(6, 207)]
+    noise = [leaf for _, leaves in runs for leaf in leaves]
+    for index, (like, leaf) in enumerate(zip(likes, noise, strict=True)):
+        alone = counter_random.normal_like(key, count, index, like)
+        assert leaf.dtype == like.dtype and leaf.shape == like.shape
+        torch.testing.assert_close(leaf, alone, rtol=1e-6, atol=1e-6)
