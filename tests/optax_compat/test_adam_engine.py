@@ -149,7 +149,8 @@ def mixed_tree(seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
         "torchopt.adam", "torchopt.adam(l2, maximize)", "torchopt.adamw",
         "torchopt.adamw(maximize)")]])
 def test_foreach_whole_steps_keep_the_chains_numbers(alias: str, lr: str, tree: str,
-                                                     kernel_calls: list[int]) -> None:
+                                                     kernel_calls: list[int],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Whole steps where the kernel does not run (TorchOpt's Adam without the accelerated op;
     optax's on a tree of two dtypes, as the kernel takes one) add ``m / (d / s)`` in one pass:
     the chain's numbers, within the multi-tensor path's rounding and the params' own."""
@@ -170,6 +171,10 @@ def test_foreach_whole_steps_keep_the_chains_numbers(alias: str, lr: str, tree: 
                 else make_tree(getattr(torch, tree), seed, scale))
 
     dtype = torch.float64 if tree == "float64" else torch.float32
+    foreach_steps: list[int] = []  # the engine's whole step ran, not the chain it falls back to
+    apply_on_foreach = adam_engine._foreach_apply
+    monkeypatch.setattr(adam_engine, "_foreach_apply", lambda *args: (
+        foreach_steps.append(1), apply_on_foreach(*args))[1])
     whole, chained = build(), build()
     apply_step = optax_compat.inplace_step(whole)
     assert apply_step is not None
@@ -184,7 +189,7 @@ def test_foreach_whole_steps_keep_the_chains_numbers(alias: str, lr: str, tree: 
                                 f"whole step {step}")
         assert_leaves_close(whole_state, state, what=f"whole-step state {step}")
         params, whole_params = new_params, clone(new_params)
-    assert kernel_calls == []
+    assert kernel_calls == [] and len(foreach_steps) == 12
 
 
 @pytest.mark.parametrize("mode", ["pure", "inplace", "apply"])
