@@ -196,7 +196,7 @@ def ours_fused(name: str, shapes: Shapes) -> Step | None:
         return None
     try:
         return FusedStep(name, shapes)
-    except ValueError:  # not flat-safe
+    except ValueError:  # a chain no packed layout fits
         return None
 
 
@@ -600,6 +600,36 @@ def plot(results: Results, path: str) -> None:
     plt.close(figure)
 
 
+def read_markdown(paths: list[str]) -> Results:
+    """The step times of saved ``--markdown`` tables, for :func:`plot` (a later table's row
+    replaces an earlier one's for the same model and optimizer)."""
+    results = Results(budget=0.0, repeats=0)
+    for path in paths:
+        for line in pathlib.Path(path).read_text().splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if len(cells) != len(results.time_columns()) or cells[0] not in SIZES:
+                continue
+            size, name, limit, *times = cells[:3 + len(IMPLEMENTATIONS)]
+            total, count = SIZES[size]
+            results.parameters[size] = sum(r * c for r, c in shapes_for(total, count))
+            row = results.rows[size, name] = {"cells": {}, "times": {}, "limit": None}
+            row["limit"] = _milliseconds(limit)
+            for label, text in zip(IMPLEMENTATIONS, times, strict=True):
+                if _milliseconds(text) is not None:
+                    row["times"][label] = (_milliseconds(text), 1)
+            if (size, name) not in results.done:
+                results.done.append((size, name))
+    return results
+
+
+def _milliseconds(text: str) -> float | None:
+    """Seconds of a table cell in ms (``12.3``, ``1.2e+03~``, ``45*``), ``None`` for none."""
+    try:
+        return float(text.rstrip("~*")) / 1e3
+    except ValueError:
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_options(parser, sizes="a,b,c,d", optimizers=OPTIMIZERS, repeats=10, warmup=2)
@@ -612,12 +642,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="models measured at the same time, one worker each (faster, "
                              "noisier)")
+    parser.add_argument("--replot", nargs="+", metavar="MARKDOWN", default=None,
+                        help="measure nothing: draw --plot from these saved --markdown tables "
+                             "(all their sizes in one plot)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     parser.add_argument("--skip", default="", help=argparse.SUPPRESS)
     args = parse_step_options(parser)
     if args.worker:
         worker(args)
+        return
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot PATH")
+        plot(read_markdown(args.replot), args.plot)
+        print(f"plot: {args.plot}")
         return
     unknown = set(args.optimizers.split(",")) - set(OPTIMIZERS)
     if unknown or not set(args.sizes.split(",")) <= set(SIZES):

@@ -9,7 +9,7 @@ paths from the hyper-parameters, the leaves and the mode; :func:`step` runs it.
 ``"formula"``
   Optax's expression operation by operation (building blocks only): every dtype, complex
   leaves, ``mu_dtype``, Nesterov, tensor hyper-parameters, grads shaped unlike the moments
-  (broadcast as in Optax), and anything autograd records.
+  (broadcast as in Optax), anything autograd records, and leaves under ``torch.func.vmap``.
 ``"foreach"``
   The same numbers with the fewest passes and allocations, when nothing is recorded:
   ``(m / c1) / (sqrt(v / c2 + eps_root) + eps)`` is evaluated as
@@ -150,7 +150,7 @@ def plan(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves, mod
     """
     hypers = (hp.b1, hp.b2, hp.eps, hp.eps_root)
     lr = None if terms is None else terms.learning_rate
-    if (hp.nesterov or not all(map(bb.is_number, hypers))
+    if (hp.nesterov or not all(map(bb.is_number, hypers)) or tm.is_batched(gs)
             or tm.is_recording(gs, mus, nus, lr if isinstance(lr, torch.Tensor) else [])):
         return "formula"
     dtypes = set(tm.attributes("dtype", gs))

@@ -198,7 +198,7 @@ def scale_by_factored_rms(
         return new_updates, param_leaves, new_v_row, new_v_col, new_v
 
     @bb.supports_inplace
-    @bb.not_elementwise("factors each matrix by its shape")
+    @bb.per_leaf("factors each matrix by its shape")
     def update_fn(updates: base.Updates, state: FactoredState,
                   params: base.Params | None = None, *, inplace: bool = False,
                   **extra_args: Any):

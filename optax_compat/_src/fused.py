@@ -1,18 +1,21 @@
-"""Fused steps: any elementwise transformation, compiled into one pass over flat buffers.
+"""Fused steps: a transformation compiled into a few passes over packed parameter buffers.
 
-:func:`fused_step` moves the parameters into one contiguous 1-D buffer per (dtype, device)
-group, the way FSDP's flat parameters and ZeRO do: the user's tensors (or
-``nn.Parameter``\\ s) stay the same Python objects and keep their values, but their ``.data``
-becomes a view of the group's buffer. The transformation then runs on the tree of those
-buffers — its own ``update``, the code that gives Optax's numbers — and ``torch.compile``
-turns update, ``apply_updates`` and the write-back of the state into a few fused kernels that
-write the parameters and the state buffers in place.
+:func:`fused_step` moves the parameters into a few contiguous buffers, the way FSDP's flat
+parameters and ZeRO do: the user's tensors (or ``nn.Parameter``\\ s) stay the same Python objects
+and keep their values, but their ``.data`` becomes a view of a buffer. The transformation then
+runs on the buffers — its own ``update``, the code that gives Optax's numbers — and
+``torch.compile`` turns update, ``apply_updates`` and the write-back of the state into a few
+fused kernels that write the parameters and the state buffers in place.
 
-This is only valid for transformations that act elementwise or on global reductions (a
-global norm, a tree dot product: one reduction per buffer): those declared with
-:func:`optax_compat._src.building_blocks.flat_safe.elementwise`. A transformation that
-reads leaf shapes or per-leaf statistics would compute something else on a flat buffer, and is
-refused.
+The buffers follow the transformation's layout (:mod:`.building_blocks.flat_safe`):
+
+* ``FLAT``, for transformations that act elementwise or on global reductions (a global norm, a
+  tree dot product): one 1-D buffer per (dtype, device) group, the update run on the tree of
+  those buffers.
+* ``STACKED``, for transformations that act leaf by leaf (Adafactor's row and column means,
+  LAMB's trust ratios, NovoGrad's layer norms): one buffer per (dtype, device, shape) group,
+  holding its leaves stacked along a new first axis, the update run on each stack under
+  ``torch.func.vmap``. A model's many layers of one shape then cost one kernel, not one each.
 
 Nothing is compiled until the first step, so code that never calls :func:`fused_step` never
 pays a compilation. Inductor's FX-graph and AOTAutograd caches (on by default) keep the
@@ -36,21 +39,25 @@ from optax_compat._src import base, compilation, update
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
-GroupKey = tuple[torch.dtype, torch.device]
-
 
 class FusedStep:
-    """One optimizer step over flat buffers, compiled on its first call.
+    """One optimizer step over packed buffers, compiled on its first call.
 
     Build it with :func:`fused_step`.
 
     Attributes:
-      params: the flat parameter buffers, a tuple with one 1-D tensor per (dtype, device)
-        group, in the order the groups first appear among the leaves; every leaf of the
-        user's params is a view of one of them.
-      grads: the user's params' structure, each leaf a view of a flat gradient buffer with
-        that parameter's shape. Gradients passed as these very tensors are not copied.
-      state: the transformation's state for the tree ``params``, updated in place.
+      layout: ``"flat"`` or ``"stacked"`` (see the module's docstring), the first of the two
+        the transformation allows.
+      params: the parameter buffers, a tuple with one 1-D tensor per group (``"flat"``: per
+        (dtype, device); ``"stacked"``: per (dtype, device, shape)), in the order the groups
+        first appear among the leaves; every leaf of the user's params is a view of one of
+        them.
+      grads: the user's params' structure, each leaf a view of a gradient buffer with that
+        parameter's shape. Gradients passed as these very tensors are not copied.
+      state: the transformation's state, updated in place. ``"flat"``: the state for the tree
+        of :attr:`params`. ``"stacked"``: a tuple with one state per stack size, each for the
+        tuple of stacks (``(count, *shape)`` views of :attr:`params`) of that size, every leaf
+        with a leading axis of that size (a per-leaf scalar such as the step count repeated).
       compile_seconds: seconds spent in the calls that compiled (tracing, code generation or
         a cache hit, and the one step run then); 0.0 before the first call.
     """
@@ -58,15 +65,19 @@ class FusedStep:
     def __init__(self, tx: base.GradientTransformation, params: base.Params, *,
                  backend: str = "inductor", grads_as_views: bool = False) -> None:
         """See :func:`fused_step`."""
-        reason = bb.why_not_elementwise(tx)
-        if reason is not None:
-            raise ValueError(f"fused_step: {reason}; fused_step runs transformations that "
-                             "act elementwise or on global reductions.")
+        reasons = [bb.why_not(tx, layout) for layout in bb.LAYOUTS]
+        if None not in reasons:
+            raise ValueError(f"fused_step: {reasons[0]}, and {reasons[1]}; fused_step runs "
+                             "transformations that act elementwise, on global reductions or "
+                             "leaf by leaf.")
+        self.layout = bb.LAYOUTS[reasons.index(None)]
+        stacked = self.layout == bb.STACKED
         leaves, self._spec = tm.flatten(params)
         _check_leaves(leaves)
-        groups: dict[GroupKey, list[int]] = {}
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for index, leaf in enumerate(leaves):
-            groups.setdefault((leaf.dtype, leaf.device), []).append(index)
+            key = (leaf.dtype, leaf.device) + ((tuple(leaf.shape),) if stacked else ())
+            groups.setdefault(key, []).append(index)
         self._groups = list(groups.values())
         self.params = tuple(_flat_buffer([leaves[i] for i in group]) for group in self._groups)
         self._grad_buffers = tuple(torch.zeros_like(buffer) for buffer in self.params)
@@ -80,9 +91,27 @@ class FusedStep:
         if grads_as_views:
             for leaf, view in zip(leaves, grad_views, strict=True):
                 leaf.grad = view
-        self.state = tx.init(self.params)
-        _check_state_kept(tx, self.params, self.state)
-        self._state_paths = _leaf_paths(self.state)
+        # What the update runs on, in parts: the flat buffers at once, or the stacks of each
+        # stack size (one ``vmap``, whose batch size is that size).
+        if stacked:
+            sizes: dict[int, list[int]] = {}
+            for number, group in enumerate(self._groups):
+                sizes.setdefault(len(group), []).append(number)
+            parts = list(sizes.values())
+            shape_of = [(len(group), *leaves[group[0]].shape) for group in self._groups]
+        else:
+            parts = [list(range(len(self._groups)))]
+            shape_of = [tuple(buffer.shape) for buffer in self.params]
+        self._param_parts = [tuple(self.params[g].view(shape_of[g]) for g in part)
+                             for part in parts]
+        self._grad_parts = [tuple(self._grad_buffers[g].view(shape_of[g]) for g in part)
+                            for part in parts]
+        init = torch.func.vmap(tx.init) if stacked else tx.init
+        states = [_own_memory(init(part)) for part in self._param_parts]
+        for part in self._param_parts:
+            _check_state_kept(tx, part, stacked)
+        self.state = tuple(states) if stacked else states[0]
+        self._state_paths = [_leaf_paths(state) for state in states]
         self._tx = tx
         self._backend = backend
         self._compiled_in_call = False
@@ -105,9 +134,11 @@ class FusedStep:
             self._gather(grads)
         self._compiled_in_call = False
         start = time.perf_counter()
+        states = self.state if self.layout == bb.STACKED else (self.state,)
         with torch.no_grad():
-            self._compiled(self._tx, self.params, self._grad_buffers, self.state,
-                           self._state_paths)
+            self._compiled(self._tx, list(zip(self._param_parts, self._grad_parts, states,
+                                              strict=True)),
+                           self._state_paths, self.layout == bb.STACKED)
         if self._compiled_in_call:
             self.compile_seconds += time.perf_counter() - start
 
@@ -144,42 +175,50 @@ class FusedStep:
 
 def fused_step(tx: base.GradientTransformation, params: base.Params, *,
                backend: str = "inductor", grads_as_views: bool = False) -> FusedStep:
-    """Runs ``tx`` as one compiled, in-place pass over flat per-(dtype, device) buffers.
+    """Runs ``tx`` as one compiled, in-place pass over packed parameter buffers.
 
     **The params are re-pointed** (as FSDP's flat parameters are): each leaf of ``params``
     stays the same Python object with the same values, but its ``.data`` becomes a contiguous
-    view into one flat buffer per (dtype, device). Each call of the returned step updates
-    those buffers, and so every leaf, in place. Leaves must be distinct tensors (no tied
-    weights listed twice).
+    view into a buffer. Each call of the returned step updates those buffers, and so every
+    leaf, in place. Leaves must be distinct tensors (no tied weights listed twice).
 
-    Each call copies the gradients into flat gradient buffers (one ``_foreach_copy_`` per
-    group) unless they already are the views :attr:`FusedStep.grads`. With
-    ``grads_as_views=True`` every leaf's ``.grad`` is set to its view, so that autograd
-    accumulates into the flat buffer (as DDP's ``gradient_as_bucket_view``) and
-    ``step({name: p.grad ...})`` copies nothing; zero them with :meth:`FusedStep.zero_grad`
-    (``zero_grad(set_to_none=True)`` elsewhere replaces the views, and the step copies again).
+    The buffers follow what ``tx`` does (see :attr:`FusedStep.layout`):
+
+    * a transformation that acts elementwise or on global reductions runs on one flat buffer
+      per (dtype, device);
+    * one that acts leaf by leaf (per-leaf norms, shapes, matrix products: Adafactor, LAMB,
+      LARS, NovoGrad, SM3, Fromage) runs on one buffer per (dtype, device, shape), its leaves
+      stacked along a new first axis, under ``torch.func.vmap``.
+
+    Each call copies the gradients into gradient buffers (one ``_foreach_copy_`` per group)
+    unless they already are the views :attr:`FusedStep.grads`. With ``grads_as_views=True``
+    every leaf's ``.grad`` is set to its view, so that autograd accumulates into the buffer
+    (as DDP's ``gradient_as_bucket_view``) and ``step({name: p.grad ...})`` copies nothing;
+    zero them with :meth:`FusedStep.zero_grad` (``zero_grad(set_to_none=True)`` elsewhere
+    replaces the views, and the step copies again).
 
     The step is the transformation's own ``update`` followed by
-    :func:`optax_compat.apply_updates`, on the tree of flat buffers, compiled with
+    :func:`optax_compat.apply_updates`, on the buffers, compiled with
     ``torch.compile(fullgraph=True)`` at the first call: the same numbers as the pure path
-    within Optax's own jit-vs-op-by-op rounding (global reductions sum in another order).
+    within Optax's own jit-vs-op-by-op rounding (reductions sum in another order).
 
     Args:
-      tx: a transformation that acts elementwise or on global reductions (declared with
+      tx: a transformation declared elementwise, with global reductions, or per leaf (with
         ``optax_compat._src.building_blocks.flat_safe``; ``chain``, ``named_chain``,
-        ``inject_hyperparams``, ``apply_if_finite``, ... are iff their inner ones are).
+        ``inject_hyperparams``, ``apply_if_finite``, ... allow what their inner ones do).
       params: a tree (dict, list, tuple, ...) of tensors, re-pointed as described above.
       backend: the ``torch.compile`` backend (``"aot_eager"`` compiles faster, fuses nothing).
-      grads_as_views: set each leaf's ``.grad`` to its view of the flat gradient buffer.
+      grads_as_views: set each leaf's ``.grad`` to its view of the gradient buffer.
 
     Returns:
       A :class:`FusedStep`: ``step(grads)`` applies one step in place and returns ``None``;
-      ``step.state`` is the state (of the flat tree), ``step.compile_seconds`` the seconds
+      ``step.state`` is the state (of the buffers), ``step.compile_seconds`` the seconds
       spent compiling so far.
 
     Raises:
-      ValueError: if ``tx`` is not declared elementwise (naming the transformation that is
-        not), or ``params`` has leaves that are not distinct floating-point tensors.
+      ValueError: if ``tx`` allows neither layout (naming the transformations that do not),
+        its update cannot run under ``vmap`` when it needs to, or ``params`` has leaves that
+        are not distinct floating-point tensors.
 
     Examples:
       >>> import torch
@@ -193,25 +232,44 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
     return FusedStep(tx, params, backend=backend, grads_as_views=grads_as_views)
 
 
-def _apply_step(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...],
-                grads: tuple[torch.Tensor, ...], state: base.OptState,
-                state_paths: tuple[tuple[Any, ...], ...]) -> None:
+def _apply_step(tx: base.GradientTransformation,
+                parts: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], Any]],
+                state_paths: list[tuple[tuple[Any, ...], ...]], stacked: bool) -> None:
     """The step that is compiled: update, apply, and write everything back in place.
 
-    The state's leaves are read at ``state_paths`` (:func:`_leaf_paths`): Dynamo cannot
-    flatten every tree (one holding an empty dict, as ``inject_hyperparams`` without
-    schedules does), but it can index one.
+    Each part is ``(params, grads, state)``: the flat buffers, or the stacks of one size, run
+    under ``torch.func.vmap``. The state's leaves are read at ``state_paths``
+    (:func:`_leaf_paths`): Dynamo cannot flatten every tree (one holding an empty dict, as
+    ``inject_hyperparams`` without schedules does), but it can index one.
 
     All new values are computed before anything is written, the state before the params, so
     a state leaf that is the old params (or updates aliasing the state) read the values they
     would in the pure step.
     """
+    new_values = functools.partial(_new_values, tx)
+    if stacked:
+        new_values = torch.func.vmap(new_values)
+    for (params, grads, state), paths in zip(parts, state_paths, strict=True):
+        new_params, new_state = new_values(params, grads, state)
+        written = [(old, new) for old, new in ((_at(state, path), _at(new_state, path))
+                                               for path in paths) if old is not new]
+        tm.copy_([old for old, _ in written], [new for _, new in written])
+        tm.copy_(list(params), list(new_params))
+
+
+def _new_values(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...],
+                grads: tuple[torch.Tensor, ...], state: base.OptState,
+                ) -> tuple[tuple[torch.Tensor, ...], base.OptState]:
+    """The params after one pure step of ``tx``, and its new state."""
     updates, new_state = tx.update(grads, state, params)
-    new_params = tm.leaves(update.apply_updates(params, updates))
-    written = [(old, new) for old, new in ((_at(state, path), _at(new_state, path))
-                                           for path in state_paths) if old is not new]
-    tm.copy_([old for old, _ in written], [new for _, new in written])
-    tm.copy_(list(params), new_params)
+    return tuple(tm.leaves(update.apply_updates(params, updates))), new_state
+
+
+def _own_memory(state: base.OptState) -> base.OptState:
+    """``state`` with every tensor leaf in contiguous memory of its own (``vmap`` returns a
+    per-leaf scalar, such as a step count, as an expanded view)."""
+    return tm.tree_map(lambda x: x.clone(memory_format=torch.contiguous_format)
+                       if isinstance(x, torch.Tensor) else x, state)
 
 
 def _leaf_paths(tree: Any) -> tuple[tuple[Any, ...], ...]:
@@ -274,18 +332,28 @@ def _views(buffers: tuple[torch.Tensor, ...], groups: list[list[int]],
     return views
 
 
-def _check_state_kept(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...],
-                      state: base.OptState) -> None:
+def _check_state_kept(tx: base.GradientTransformation, buffers: tuple[torch.Tensor, ...],
+                      stacked: bool) -> None:
     """Raises ``ValueError`` unless an update keeps the state's structure and dtypes, all its
-    leaves tensors (the step writes the new state into the old buffers).
+    leaves tensors (the step writes the new state into the old buffers), and, for stacks,
+    unless the update runs under ``torch.func.vmap``.
 
-    Checked with one eager update on one element per buffer, which has the same state
-    structure and dtypes as the real buffers for an elementwise transformation.
+    Checked with one eager step on the first element of each flat buffer (an elementwise
+    transformation has the same state structure and dtypes on it) or the first leaf of each
+    stack.
     """
-    tiny_params = tuple(buffer[:1].clone() for buffer in params)
-    tiny_state = tx.init(tiny_params)
-    _, new_state = tx.update(tuple(torch.ones_like(p) for p in tiny_params), tiny_state,
-                             tiny_params)
+    tiny = tuple(buffer[:1].clone() for buffer in buffers)
+    init, new_values = tx.init, functools.partial(_new_values, tx)
+    if stacked:
+        init, new_values = torch.func.vmap(init), torch.func.vmap(new_values)
+    try:
+        state = init(tiny)
+        _, new_state = new_values(tiny, tuple(torch.ones_like(b) for b in tiny), state)
+    except (RuntimeError, TypeError, ValueError) as error:
+        if not stacked:
+            raise
+        raise ValueError(f"fused_step: the transformation cannot run leaf by leaf under "
+                         f"torch.func.vmap: {error}") from error
     leaves, spec = tm.flatten(state)
     new_leaves, new_spec = tm.flatten(new_state)
     if new_spec != spec or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):

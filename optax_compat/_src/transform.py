@@ -317,7 +317,7 @@ def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Lea
 def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
     if eps_in_sqrt:
         return tm.rsqrt(tm.add(nu_hats, eps))
-    return list(torch._foreach_reciprocal(tm.add(tm.sqrt(nu_hats), eps))) if nu_hats else []
+    return tm.reciprocal_(tm.add(tm.sqrt(nu_hats), eps))
 
 
 def _scale_updates(scaling: Leaves, gs: Leaves, inplace: bool) -> Leaves:
@@ -729,7 +729,7 @@ def scale_by_lion(
         if mode == "hard":
             return _sign(xs, inplace)
         if mode == "smooth":
-            return list(torch._foreach_tanh(tm.mul(xs, smooth_beta)))
+            return list(tm.foreach("tanh", tm.mul(xs, smooth_beta)))
         return [torch.where(x.abs() >= 1.0, x.sign(), x) for x in xs]  # NaN stays NaN
 
     def formula(gs: Leaves, mus: Leaves, inplace: bool) -> tuple[Leaves, Leaves]:
@@ -1088,6 +1088,7 @@ def scale_by_novograd(
             nu=tm.tree_map(lambda p: torch.zeros((), dtype=p.dtype, device=p.device), params))
 
     @bb.supports_inplace
+    @bb.per_leaf("normalises each leaf by its own norm")
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del extra_args
         gs, spec = tm.float_leaves(updates)
@@ -1222,6 +1223,7 @@ def _scale_by_block_statistic(statistics: Callable[[Leaves], Leaves],
     """Multiplies each update leaf by its entry of ``statistics(param_leaves)`` (0-d tensors)."""
 
     @bb.supports_inplace
+    @bb.per_leaf("scales each leaf by a statistic of its parameter")
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del extra_args
         gs, spec = tm.float_leaves(updates)
@@ -1328,6 +1330,7 @@ def scale_by_trust_ratio(
     """
 
     @bb.supports_inplace
+    @bb.per_leaf("scales each leaf by its own trust ratio")
     def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
         del extra_args
         gs, spec = tm.float_leaves(updates)
@@ -1505,6 +1508,7 @@ def centralize() -> base.GradientTransformation:
               [ 1.0000, -1.0000]])
     """
 
+    @bb.per_leaf("subtracts each leaf's mean over its trailing axes")
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -1590,6 +1594,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
                          params)
         return ScaleBySM3State(mu=mu, nu=bb.zeros(params))
 
+    @bb.per_leaf("keeps one accumulator per axis of each leaf")
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)
@@ -1792,7 +1797,7 @@ def scale_by_polyak(
         raise ValueError(f"Invalid argument value for Polyak SGD: variant={variant!r}, "
                          f"expected one of {_POLYAK_VARIANTS}.")
 
-    @bb.elementwise
+    @bb.global_reduction("divides by the squared global norm of the gradient")
     def update_fn(updates, state, params=None, *, value, **extra_args):
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
@@ -1833,7 +1838,7 @@ def normalize_by_update_norm(scale_factor: Scalar = 1.0,
       tensor([ 0.4472, -0.8944])
     """
 
-    @bb.elementwise
+    @bb.global_reduction("divides by the global norm")
     def update_fn(updates, state, params=None):
         del params
         gs, spec = tm.float_leaves(updates)

@@ -114,7 +114,7 @@ def dadapt_adamw(
             numerator_weighted=scalar_state(params, 0.0),
             count=bb.zero_count(params))
 
-    @bb.elementwise
+    @bb.global_reduction("estimates its step size from tree-wide dot products")
     def update_fn(updates: base.Updates, state: DAdaptAdamWState,
                   params: Optional[base.Params] = None, **extra_args: Any):
         del extra_args

@@ -104,7 +104,7 @@ def prodigy(
             estim_lr=scalar_state(params, estim_lr0),
             numerator_weighted=scalar_state(params, 0.0), count=bb.zero_count(params))
 
-    @bb.elementwise
+    @bb.global_reduction("estimates its step size from tree-wide dot products")
     def update_fn(updates: base.Updates, state: ProdigyState,
                   params: Optional[base.Params] = None, **extra_args: Any):
         del extra_args

@@ -85,6 +85,7 @@ def clip_by_block_rms(threshold: Scalar) -> base.GradientTransformationExtraArgs
         return torch.clamp_min(block_rms / _in_dtype_of(threshold, block_rms), 1.0)
 
     @bb.supports_inplace
+    @bb.per_leaf("clips each leaf by its own root mean square")
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None, *, inplace: bool = False,
                   **extra_args: Any):
@@ -127,7 +128,7 @@ def clip_by_global_norm(max_norm: Scalar) -> base.GradientTransformationExtraArg
     """
 
     @bb.supports_inplace
-    @bb.elementwise
+    @bb.global_reduction("divides by the global norm")
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None, *, inplace: bool = False,
                   **extra_args: Any):
@@ -338,6 +339,7 @@ def adaptive_grad_clip(clipping: Scalar, eps: Scalar = 1e-3,
                     * torch.clamp_min(unitwise_norm(param, axis), _in_dtype_of(eps, param)))
         return unitwise_clip(unitwise_norm(update, axis), max_norm, update)
 
+    @bb.per_leaf("clips each unit of a leaf by the norm of its parameter")
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
         if params is None:

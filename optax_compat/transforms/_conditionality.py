@@ -220,7 +220,7 @@ def apply_if_finite(
             notfinite_count=_zero_step(), last_finite=torch.tensor(True),
             total_notfinite=_zero_step(), inner_state=inner.init(params))
 
-    @bb.elementwise_if(inner)
+    @bb.elementwise_if(inner, global_reduction="checks the whole tree for non-finite values")
     def update_fn(updates: base.Updates, state: ApplyIfFiniteState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, ApplyIfFiniteState]:

@@ -84,6 +84,7 @@ def zero_nans() -> base.GradientTransformation:
         return ZeroNansState(found_nan=tm.tree_map(
             lambda p: torch.zeros((), dtype=torch.bool, device=p.device), params))
 
+    @bb.per_leaf("keeps one NaN flag per leaf")
     def update_fn(updates: base.Updates, state: ZeroNansState,
                   params: base.Params | None = None):
         del params, state

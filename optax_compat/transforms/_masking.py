@@ -99,8 +99,6 @@ def masked(
         mask_tree = _mask_tree_for(mask, params)
         return MaskedState(inner_state=inner.init(_mask_out(params, mask_tree)))
 
-    @bb.supports_inplace
-
     def update_fn(updates: base.Updates, state: MaskedState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, MaskedState]:
@@ -114,4 +112,8 @@ def masked(
             lambda keep, new, old: new if keep else old, mask_tree, new_masked_updates, updates)
         return new_updates, MaskedState(inner_state=new_inner_state)
 
-    return base.GradientTransformationExtraArgs(init_fn, update_fn)
+    # A constant mask treats every leaf alike, so the inner transformation's layouts hold; a
+    # mask per leaf tells apart leaves that a packed buffer merges.
+    if isinstance(mask, bool):
+        update_fn = bb.elementwise_if(inner)(update_fn)
+    return base.GradientTransformationExtraArgs(init_fn, bb.supports_inplace(update_fn))

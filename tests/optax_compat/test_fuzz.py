@@ -353,7 +353,7 @@ def _check_fused(program, dtype):
             tx = program.config.build(ox)
         except Exception:
             tx = None
-        if tx is None or bb.why_not_elementwise(tx) is not None:
+        if tx is None or bb.why_not(tx, bb.FLAT) is not None:
             event("not flat-safe")
             assume(False)
         theirs = _run(program, optax)

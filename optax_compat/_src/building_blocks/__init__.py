@@ -8,7 +8,7 @@
 * :mod:`.state` — creating state buffers from params and reading them back, checked.
 * :mod:`.moments` — moving averages and bias corrections (Adam and relatives).
 * :mod:`.inplace` — the opt-in in-place path and how the request travels.
-* :mod:`.flat_safe` — which transformations may run on flat buffers
+* :mod:`.flat_safe` — which transformations may run on flat or stacked buffers
   (:func:`optax_compat.fused_step`).
 * :mod:`.none_gradients` — ``None`` gradients (PyTorch's unused parameters), for every
   transformation at once.
@@ -36,10 +36,14 @@ from optax_compat._src.building_blocks.dtypes import (
     result_dtype,
 )
 from optax_compat._src.building_blocks.flat_safe import (
+    FLAT,
+    LAYOUTS,
+    STACKED,
     elementwise,
     elementwise_if,
-    not_elementwise,
-    why_not_elementwise,
+    global_reduction,
+    per_leaf,
+    why_not,
 )
 from optax_compat._src.building_blocks.inplace import (
     declares_inplace,

@@ -1,74 +1,118 @@
-"""Which transformations may run on flat buffers: elementwise maps and global reductions.
+"""Which transformations :func:`optax_compat.fused_step` may run on packed buffers, and how.
 
-A transformation whose ``update`` treats its leaves as one long vector — every operation acts
-element by element, or reduces over the whole tree at once (a global norm, a tree dot
-product) — gives the same numbers (up to the summation order of those reductions) on the
-tree of its parameters and on a tree of 1-D buffers holding the same values back to back.
-:func:`optax_compat.fused_step` runs such transformations on per-(dtype, device) flat
-buffers, the way FSDP's flat parameters and ZeRO do.
+Two layouts pack a tree of many leaves into few large tensors:
 
-A transformation declares it by decorating its ``update`` with :func:`elementwise`;
-combinators and wrappers declare it iff their inner transformations do, with
-:func:`elementwise_if`; :func:`not_elementwise` says why a transformation cannot (it reads
-leaf shapes, per-leaf norms or a per-leaf mask). Undeclared transformations are not
-flat-safe. Markers are set before ``update`` is wrapped (``functools.wraps`` carries them).
+``FLAT``
+  one 1-D buffer per (dtype, device) holding every leaf back to back, the way FSDP's flat
+  parameters and ZeRO do. Valid for a transformation whose ``update`` treats its leaves as one
+  long vector: every operation acts element by element, or reduces over the whole tree at once
+  (a global norm, a tree dot product). It then gives the same numbers (up to the summation
+  order of those reductions) on the buffers as on the leaves.
+``STACKED``
+  the leaves of one (dtype, device, shape) stacked along a new first axis, the update run on
+  each stack under ``torch.func.vmap``. Valid for a transformation that acts leaf by leaf:
+  whatever it computes for a leaf (a norm, a row mean, a trust ratio, a matrix product) reads
+  that leaf, its state and its parameter only, plus scalars shared by all leaves (the step
+  count, a schedule's value).
+
+A transformation declares what it does by decorating its ``update``:
+
+* :func:`elementwise`: element by element only, so both layouts;
+* :func:`global_reduction`: elementwise and reductions over the whole tree, ``FLAT`` only;
+* :func:`per_leaf`: reductions or shapes of single leaves, ``STACKED`` only;
+* :func:`elementwise_if`: combinators and wrappers, the layouts all their inner ones allow.
+
+Undeclared transformations allow neither. Markers are set before ``update`` is wrapped
+(``functools.wraps`` carries them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Optional, TypeVar
 
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
 
-_MARK = "elementwise"
+FLAT = "flat"
+STACKED = "stacked"
+LAYOUTS = (FLAT, STACKED)
+
+_MARK = "packed_layouts"  # {layout: None if allowed, else why not}
+
+
+def _marker(**reasons: Optional[str]) -> Callable[[UpdateFn], UpdateFn]:
+    """A decorator setting the marker to ``reasons`` (each ``{name}`` filled with the
+    transformation's name)."""
+    def mark(update_fn: UpdateFn) -> UpdateFn:
+        name = _name(update_fn)
+        setattr(update_fn, _MARK, {layout: None if reason is None else f"{name} {reason}"
+                                   for layout, reason in reasons.items()})
+        return update_fn
+
+    return mark
 
 
 def elementwise(update_fn: UpdateFn) -> UpdateFn:
-    """Declares that ``update_fn`` acts elementwise or on global reductions; returns it."""
-    setattr(update_fn, _MARK, True)
-    return update_fn
+    """Declares that ``update_fn`` acts element by element (both layouts); returns it."""
+    return _marker(flat=None, stacked=None)(update_fn)
 
 
-def not_elementwise(reason: str) -> Callable[[UpdateFn], UpdateFn]:
-    """A decorator recording why ``update_fn`` cannot run on flat buffers.
+def global_reduction(what: str) -> Callable[[UpdateFn], UpdateFn]:
+    """Declares a transformation that is elementwise but for reductions over the whole tree.
 
     Args:
-      reason: what the transformation does that depends on the leaves' layout, as the end of
-        a sentence whose subject is the transformation (e.g. ``"factors each matrix by its
-        shape"``).
+      what: the reduction, as the end of a sentence whose subject is the transformation (e.g.
+        ``"divides by the global norm"``); the reason the ``STACKED`` layout is refused.
     """
-    def mark(update_fn: UpdateFn) -> UpdateFn:
-        setattr(update_fn, _MARK, f"{_name(update_fn)} {reason}")
-        return update_fn
-
-    return mark
+    return _marker(flat=None, stacked=what)
 
 
-def elementwise_if(*inner: Any) -> Callable[[UpdateFn], UpdateFn]:
-    """A decorator declaring ``update_fn`` flat-safe iff every transformation in ``inner`` is.
+def per_leaf(what: str) -> Callable[[UpdateFn], UpdateFn]:
+    """Declares a transformation that acts leaf by leaf but reads each leaf's shape or reduces
+    over it.
+
+    Args:
+      what: what it does, as the end of a sentence whose subject is the transformation (e.g.
+        ``"factors each matrix by its shape"``); the reason the ``FLAT`` layout is refused.
+    """
+    return _marker(flat=what, stacked=None)
+
+
+def elementwise_if(*inner: Any, global_reduction: Optional[str] = None,
+                   ) -> Callable[[UpdateFn], UpdateFn]:
+    """A decorator declaring ``update_fn`` valid in the layouts every one of ``inner`` is.
 
     Args:
       *inner: the inner transformations (objects with an ``update``) or update functions.
+      global_reduction: what the wrapper itself reduces over the whole tree, if anything (as
+        for :func:`global_reduction`); the ``STACKED`` layout is then refused.
     """
-    reason = next(filter(None, map(why_not_elementwise, inner)), None)
+    reasons = {layout: next(filter(None, (why_not(tx, layout) for tx in inner)), None)
+               for layout in LAYOUTS}
 
     def mark(update_fn: UpdateFn) -> UpdateFn:
-        setattr(update_fn, _MARK, True if reason is None else reason)
+        own = reasons
+        if global_reduction is not None:
+            own = {**reasons, STACKED: f"{_name(update_fn)} {global_reduction}"}
+        setattr(update_fn, _MARK, own)
         return update_fn
 
     return mark
 
 
-def why_not_elementwise(tx_or_update: Any) -> Optional[str]:
-    """``None`` if the transformation (or update function) is flat-safe, else why not."""
+def why_not(tx_or_update: Any, layout: str = FLAT) -> Optional[str]:
+    """``None`` if the transformation (or update function) may run in ``layout``, else why not.
+
+    Raises:
+      ValueError: if ``layout`` is not one of :data:`LAYOUTS`.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"Unknown layout {layout!r}; expected one of {LAYOUTS}.")
     update_fn = getattr(tx_or_update, "update", tx_or_update)
-    mark: Union[bool, str, None] = getattr(update_fn, _MARK, None)
-    if mark is True:
-        return None
-    if isinstance(mark, str):
-        return mark
-    return f"{_name(update_fn)} is not declared elementwise"
+    reasons = getattr(update_fn, _MARK, None)
+    if reasons is None:
+        return f"{_name(update_fn)} is not declared elementwise or per-leaf"
+    return reasons[layout]
 
 
 def _name(update_fn: Callable[..., Any]) -> str:

@@ -222,6 +222,58 @@ def check_same_structure(expected: Any, actual: Any, what: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# Kernels.
+
+
+def foreach(op: str, *args: Any, **kwargs: Any) -> Any:
+    """``torch._foreach_<op>(*args, **kwargs)``, or the same op leaf by leaf under ``vmap``.
+
+    ``torch._foreach_*`` kernels have no batching rule, so under ``torch.func.vmap`` (Optax's
+    ``jax.vmap(tx.update)``, or :func:`optax_compat.fused_step` stacking leaves of one shape)
+    each leaf runs the op on its own: the same arithmetic, one kernel per (batched) leaf. The
+    check reads the first tensor of each list argument, so it costs nothing measurable.
+    """
+    for arg in args:
+        if isinstance(arg, (list, tuple)) and is_batched(arg):
+            return _leaf_by_leaf(op, args, kwargs)
+    return getattr(torch, "_foreach_" + op)(*args, **kwargs)
+
+
+def is_batched(xs: Sequence[Any]) -> bool:
+    """Whether the leaves run under ``torch.func.vmap`` (read on the first one)."""
+    return bool(xs) and isinstance(xs[0], torch.Tensor) and _is_batched_tensor(xs[0])
+
+
+_is_batched_tensor = torch._C._functorch.is_batchedtensor
+
+
+def _leaf_by_leaf(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch._foreach_<op>`` as a loop of the single-tensor op (see :func:`foreach`)."""
+    count = next(len(arg) for arg in args if type(arg) in (list, tuple))
+    results = []
+    for i in range(count):
+        first, *rest = (arg[i] if type(arg) in (list, tuple) else arg for arg in args)
+        results.append(_single_tensor_op(op, first, rest, kwargs))
+    return None if op.endswith("_") else results
+
+
+def _single_tensor_op(op: str, first: Any, rest: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The op of ``torch._foreach_<op>`` on one leaf (``first``, with ``rest`` for it)."""
+    if op == "norm":
+        return torch.linalg.vector_norm(first, *rest, **kwargs)
+    if op in ("addcmul_", "addcdiv_"):  # ``x + value * y (* or /) z``, the kernel's order
+        # (``vmap`` has no batching rule for these two: it would loop over the batch).
+        (y, z), value = rest[:2], rest[2] if len(rest) == 3 else kwargs.get("value", 1)
+        product = torch.mul(y, value)
+        return first.add_(product.mul_(z) if op == "addcmul_" else product.div_(z))
+    if op.rstrip("_") in ("maximum", "minimum") and not isinstance(rest[0], torch.Tensor):
+        op = op.replace("maximum", "clamp_min").replace("minimum", "clamp_max")
+    if op.endswith("_"):
+        return getattr(first, op)(*rest, **kwargs)
+    return getattr(torch, op)(first, *rest, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
 # Scalars.
 
 
@@ -273,28 +325,28 @@ def add(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x + y`` per leaf; ``ys`` is a list of leaves or a scalar."""
     if not xs:
         return []
-    return list(torch._foreach_add(xs, _operand(ys, xs)))
+    return list(foreach("add", xs, _operand(ys, xs)))
 
 
 def sub(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x - y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_sub(xs, _operand(ys, xs)))
+    return list(foreach("sub", xs, _operand(ys, xs)))
 
 
 def mul(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x * y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_mul(xs, _operand(ys, xs, tensor_scalar=True)))
+    return list(foreach("mul", xs, _operand(ys, xs, tensor_scalar=True)))
 
 
 def div(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """``x / y`` per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_div(xs, _operand(ys, xs, tensor_scalar=True)))
+    return list(foreach("div", xs, _operand(ys, xs, tensor_scalar=True)))
 
 
 def add_scaled(xs: Leaves, scale: ScalarOrLeaves, ys: Leaves) -> Leaves:
@@ -306,17 +358,17 @@ def add_scaled(xs: Leaves, scale: ScalarOrLeaves, ys: Leaves) -> Leaves:
         return []
     if isinstance(scale, (torch.Tensor, list)):
         return add(xs, mul(ys, scale))
-    return list(torch._foreach_add(xs, ys, alpha=scale))
+    return list(foreach("add", xs, ys, alpha=scale))
 
 
 def neg(xs: Leaves) -> Leaves:
     """``-x`` per leaf."""
-    return list(torch._foreach_neg(xs)) if xs else []
+    return list(foreach("neg", xs)) if xs else []
 
 
 def abs(xs: Leaves) -> Leaves:
     """``|x|`` per leaf."""
-    return list(torch._foreach_abs(xs)) if xs else []
+    return list(foreach("abs", xs)) if xs else []
 
 
 def sign(xs: Leaves) -> Leaves:
@@ -328,17 +380,17 @@ def sign(xs: Leaves) -> Leaves:
     """
     if not xs:
         return []
-    return list(torch._foreach_maximum(torch._foreach_sign(xs), _nan_carrier(xs)))
+    return list(foreach("maximum", foreach("sign", xs), _nan_carrier(xs)))
 
 
 def _nan_carrier(xs: Leaves) -> Leaves:
     """``min(x, -2)`` per leaf: NaN where ``x`` is NaN, below every sign value elsewhere."""
-    return list(torch._foreach_clamp_max(xs, -2.0))
+    return list(foreach("clamp_max", xs, -2.0))
 
 
 def sqrt(xs: Leaves) -> Leaves:
     """``sqrt(x)`` per leaf."""
-    return list(torch._foreach_sqrt(xs)) if xs else []
+    return list(foreach("sqrt", xs)) if xs else []
 
 
 def square(xs: Leaves) -> Leaves:
@@ -352,21 +404,21 @@ def power(xs: Leaves, exponent: Scalar) -> Leaves:
         return list(xs)
     if isinstance(exponent, int) and exponent == 2:
         return square(xs)
-    return list(torch._foreach_pow(xs, exponent)) if xs else []
+    return list(foreach("pow", xs, exponent)) if xs else []
 
 
 def maximum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Elementwise maximum per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_maximum(xs, _bound(ys, xs)))
+    return list(foreach("maximum", xs, _bound(ys, xs)))
 
 
 def minimum(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Elementwise minimum per leaf."""
     if not xs:
         return []
-    return list(torch._foreach_minimum(xs, _bound(ys, xs)))
+    return list(foreach("minimum", xs, _bound(ys, xs)))
 
 
 def _bound(bound: ScalarOrLeaves, xs: Leaves) -> Any:
@@ -416,7 +468,7 @@ def ema(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
         return []
     if isinstance(decay, torch.Tensor):
         return add(mul(values, 1 - decay), mul(moments, decay))
-    return list(torch._foreach_add(torch._foreach_mul(values, 1 - decay), moments,
+    return list(foreach("add", foreach("mul", values, 1 - decay), moments,
                                    alpha=decay))
 
 
@@ -435,8 +487,8 @@ def sum_of_squares(xs: Leaves) -> torch.Tensor:
     """``sum(x ** 2)`` over all elements of all leaves (complex leaves use ``|x| ** 2``)."""
     if not xs:
         return as_weak(0.0)
-    norms = torch._foreach_norm([x.abs() if x.is_complex() else x for x in xs])
-    return sum_scalars(torch._foreach_mul(norms, norms))
+    norms = foreach("norm", [x.abs() if x.is_complex() else x for x in xs])
+    return sum_scalars(foreach("mul", norms, norms))
 
 
 def vdot(xs: Leaves, ys: Leaves) -> torch.Tensor:
@@ -508,31 +560,31 @@ def add_scaled_(xs: Leaves, scale: Scalar, ys: Leaves) -> Leaves:
     if not xs:
         return xs
     if isinstance(scale, torch.Tensor):
-        torch._foreach_add_(xs, mul(ys, scale))
+        foreach("add_", xs, mul(ys, scale))
     else:
-        torch._foreach_add_(xs, ys, alpha=scale)
+        foreach("add_", xs, ys, alpha=scale)
     return xs
 
 
 def mul_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x * y`` into each ``x``; the in-place twin of :func:`mul`."""
     if xs:
-        torch._foreach_mul_(xs, _operand(ys, xs, tensor_scalar=True))
+        foreach("mul_", xs, _operand(ys, xs, tensor_scalar=True))
     return xs
 
 
 def div_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x / y`` into each ``x``; the in-place twin of :func:`div`."""
     if xs:
-        torch._foreach_div_(xs, _operand(ys, xs, tensor_scalar=True))
+        foreach("div_", xs, _operand(ys, xs, tensor_scalar=True))
     return xs
 
 
 def clamp_(xs: Leaves, low: Scalar, high: Scalar) -> Leaves:
     """Writes ``min(max(x, low), high)`` into each ``x``; the twin of ``minimum(maximum(..))``."""
     if xs:
-        torch._foreach_maximum_(xs, _bound(low, xs))
-        torch._foreach_minimum_(xs, _bound(high, xs))
+        foreach("maximum_", xs, _bound(low, xs))
+        foreach("minimum_", xs, _bound(high, xs))
     return xs
 
 
@@ -548,7 +600,7 @@ def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
         for destination, source in zip(destinations, sources, strict=True):
             destination.copy_(source)
     else:
-        torch._foreach_copy_(destinations, sources)
+        foreach("copy_", destinations, sources)
     return destinations
 
 
@@ -684,12 +736,12 @@ def abs_sq(xs: Leaves) -> Leaves:
 
 def rsqrt(xs: Leaves) -> Leaves:
     """``1 / sqrt(x)`` per leaf."""
-    return list(torch._foreach_rsqrt(xs)) if xs else []
+    return list(foreach("rsqrt", xs)) if xs else []
 
 
 def norms(xs: Leaves) -> Leaves:
     """The Euclidean (Frobenius) norm of each leaf, as 0-d tensors."""
-    return list(torch._foreach_norm(xs)) if xs else []
+    return list(foreach("norm", xs)) if xs else []
 
 
 def clone(xs: Leaves) -> Leaves:
@@ -713,29 +765,29 @@ def moving_average(moments: Leaves, values: Leaves, decay: float, *,
         scaled = mul(moments, decay)
         if not same_shapes(scaled, values):
             # Values wider than the moments (JAX broadcasts them): new moments of their shape.
-            return list(torch._foreach_add(scaled, values, alpha=1 - decay))
-    torch._foreach_add_(scaled, values, alpha=1 - decay)
+            return list(foreach("add", scaled, values, alpha=1 - decay))
+    foreach("add_", scaled, values, alpha=1 - decay)
     return scaled
 
 
 def addcmul_(xs: Leaves, ys: Leaves, zs: Leaves, value: float) -> Leaves:
     """Writes ``x + value * y * z`` into each ``x``, one pass (``torch._foreach_addcmul_``)."""
     if xs:
-        torch._foreach_addcmul_(xs, ys, zs, value=value)
+        foreach("addcmul_", xs, ys, zs, value=value)
     return xs
 
 
 def addcdiv_(xs: Leaves, ys: Leaves, zs: Leaves) -> Leaves:
     """Writes ``x + y / z`` into each ``x``, one pass (``torch._foreach_addcdiv_``)."""
     if xs:
-        torch._foreach_addcdiv_(xs, ys, zs)
+        foreach("addcdiv_", xs, ys, zs)
     return xs
 
 
 def neg_(xs: Leaves) -> Leaves:
     """Writes ``-x`` into each ``x``."""
     if xs:
-        torch._foreach_neg_(xs)
+        foreach("neg_", xs)
     return xs
 
 
@@ -767,21 +819,21 @@ def _per_dtype(xs: Leaves, value: Callable[[torch.finfo], float]) -> float | lis
 def add_(xs: Leaves, ys: ScalarOrLeaves) -> Leaves:
     """Writes ``x + y`` into each ``x``; the in-place twin of :func:`add`."""
     if xs:
-        torch._foreach_add_(xs, _operand(ys, xs))
+        foreach("add_", xs, _operand(ys, xs))
     return xs
 
 
 def sqrt_(xs: Leaves) -> Leaves:
     """Writes ``sqrt(x)`` into each ``x``."""
     if xs:
-        torch._foreach_sqrt_(xs)
+        foreach("sqrt_", xs)
     return xs
 
 
 def reciprocal_(xs: Leaves) -> Leaves:
     """Writes ``1 / x`` into each ``x``."""
     if xs:
-        torch._foreach_reciprocal_(xs)
+        foreach("reciprocal_", xs)
     return xs
 
 
@@ -797,7 +849,7 @@ def root_mean_squares(xs: Leaves) -> Leaves:
     """
     if not xs:
         return []
-    return list(torch._foreach_div(norms(xs), [math.sqrt(x.numel()) for x in xs]))
+    return list(foreach("div", norms(xs), [math.sqrt(x.numel()) for x in xs]))
 
 
 def map_stacked(fn: Callable[[torch.Tensor], torch.Tensor],
