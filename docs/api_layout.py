@@ -265,7 +265,7 @@ PAGES = [
             "optax_compat.TorchOptimizer", "optax_compat.torch_optimizer",
         ]),
         ("The whole in-place step", ["optax_compat.inplace_step"]),
-        ("Fused steps over flat buffers (any elementwise transformation, compiled)", [
+        ("Fused steps over packed buffers (elementwise and per-leaf chains, compiled)", [
             "optax_compat.fused_step", "optax_compat.FusedStep",
         ]),
         ("Distributed checkpoints (flat, name-keyed states for torch.distributed.checkpoint)", [

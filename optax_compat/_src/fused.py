@@ -67,9 +67,9 @@ class FusedStep:
         """See :func:`fused_step`."""
         reasons = [bb.why_not(tx, layout) for layout in bb.LAYOUTS]
         if None not in reasons:
-            raise ValueError(f"fused_step: {reasons[0]}, and {reasons[1]}; fused_step runs "
-                             "transformations that act elementwise, on global reductions or "
-                             "leaf by leaf.")
+            raise ValueError(f"fused_step: {', and '.join(dict.fromkeys(reasons))}; fused_step "
+                             "runs transformations that act elementwise, on global reductions "
+                             "or leaf by leaf.")
         self.layout = bb.LAYOUTS[reasons.index(None)]
         stacked = self.layout == bb.STACKED
         leaves, self._spec = tm.flatten(params)
