@@ -56,14 +56,14 @@ class FusedStep:
         parameter's shape. Gradients passed as these very tensors are not copied.
       state: the transformation's state, updated in place. ``"flat"``: the state for the tree
         of :attr:`params`. ``"stacked"``: a tuple with one state per stack size, each for the
-        tuple of stacks (``(count, *shape)`` views of :attr:`params`) of that size, every leaf
+        tuple of stacks (``(size, *shape)`` views of :attr:`params`) of that size, every leaf
         with a leading axis of that size (a per-leaf scalar such as the step count repeated).
       compile_seconds: seconds spent in the calls that compiled (tracing, code generation or
         a cache hit, and the one step run then); 0.0 before the first call.
     """
 
     def __init__(self, tx: base.GradientTransformation, params: base.Params, *,
-                 backend: str = "inductor", grads_as_views: bool = False) -> None:
+                 backend: str | None = "inductor", grads_as_views: bool = False) -> None:
         """See :func:`fused_step`."""
         reasons = [bb.why_not(tx, layout) for layout in bb.LAYOUTS]
         if None not in reasons:
@@ -115,9 +115,9 @@ class FusedStep:
         self._tx = tx
         self._backend = backend
         self._compiled_in_call = False
-        self._compiled = torch.compile(_with_own_code(_apply_step),
-                                       backend=self._timed_backend, fullgraph=True,
-                                       dynamic=False)
+        self._compiled = _apply_step if backend is None else torch.compile(
+            _with_own_code(_apply_step), backend=self._timed_backend, fullgraph=True,
+            dynamic=False)
         self.compile_seconds = 0.0
 
     def __call__(self, grads: base.Updates) -> None:
@@ -174,8 +174,8 @@ class FusedStep:
 
 
 def fused_step(tx: base.GradientTransformation, params: base.Params, *,
-               backend: str = "inductor", grads_as_views: bool = False) -> FusedStep:
-    """Runs ``tx`` as one compiled, in-place pass over packed parameter buffers.
+               backend: str | None = "inductor", grads_as_views: bool = False) -> FusedStep:
+    """Runs ``tx`` as a few compiled, in-place passes over packed parameter buffers.
 
     **The params are re-pointed** (as FSDP's flat parameters are): each leaf of ``params``
     stays the same Python object with the same values, but its ``.data`` becomes a contiguous
@@ -207,7 +207,9 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
         ``optax_compat._src.building_blocks.flat_safe``; ``chain``, ``named_chain``,
         ``inject_hyperparams``, ``apply_if_finite``, ... allow what their inner ones do).
       params: a tree (dict, list, tuple, ...) of tensors, re-pointed as described above.
-      backend: the ``torch.compile`` backend (``"aot_eager"`` compiles faster, fuses nothing).
+      backend: the ``torch.compile`` backend (``"aot_eager"`` compiles faster, fuses nothing),
+        or ``None`` to run eagerly: nothing compiles, and each op runs once per buffer or
+        stack instead of once per leaf, allocating its result (as the pure path does).
       grads_as_views: set each leaf's ``.grad`` to its view of the gradient buffer.
 
     Returns:

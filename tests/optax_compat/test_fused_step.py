@@ -92,6 +92,16 @@ def test_matches_optax_inductor(ours):
     assert step.compile_seconds > 0.0
 
 
+def test_matches_optax_eagerly_without_compiling(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("backend=None compiled")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    step = _check_against_optax(CASES["adamw"], testing.make_tree(), backend=None)
+    assert step.compile_seconds == 0.0
+    _check_stacked_against_optax(PER_LEAF["adafactor"], backend=None)
+
+
 def test_non_finite_step_is_skipped_like_optax():
     params = testing.make_tree()
     grads = _grads(params)
@@ -218,11 +228,13 @@ PER_LEAF = {
 }
 
 
-def _check_stacked_against_optax(ours: Callable[[Any], Any], backend: str) -> None:
+def _check_stacked_against_optax(ours: Callable[[Any], Any], backend: str | None,
+                                 params: Any = None) -> optax_compat.FusedStep:
     """Runs a stacked ``fused_step`` and jitted Optax side by side: params after every step."""
     import optax
 
-    params = _layered_tree(scalar=ours is not PER_LEAF["sm3"])  # SM3 refuses 0-d leaves
+    if params is None:
+        params = _layered_tree(scalar=ours is not PER_LEAF["sm3"])  # SM3 refuses 0-d leaves
     with testing.jax_precision(torch.float32):
         theirs_tx = testing.jit_optax(ours(optax))
         theirs_params = testing.to_jax(params)
@@ -235,6 +247,7 @@ def _check_stacked_against_optax(ours: Callable[[Any], Any], backend: str) -> No
             theirs_params = optax.apply_updates(theirs_params, updates)
             step(grad)
             testing.assert_leaves_close(params, theirs_params, what=f"step {index + 1}: params")
+    return step
 
 
 @pytest.mark.parametrize("name", sorted(PER_LEAF))
