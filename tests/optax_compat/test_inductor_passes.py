@@ -1,0 +1,40 @@
+"""HoistScalars: small values read by larger ops are computed once, into their own buffer."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from optax_compat._src import inductor_passes
+
+
+def _step(x: torch.Tensor, rows: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """A per-row factor and a scalar read by a matrix, and a same-size elementwise chain."""
+    factor = torch.rsqrt(rows * 2.0).unsqueeze(1)  # (4,) computed, then a view of it
+    scale = 1.0 - 0.9 ** count  # 0-d, computed from 0-d values
+    return (x * 3.0 + 1.0) * factor * scale
+
+
+def _hoisted(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [node for node in graph.nodes
+            if node.target is torch.ops.optax_compat.computed_scalar.default]
+
+
+def test_small_computed_values_are_hoisted_views_and_same_size_chains_are_not():
+    args = (torch.randn(4, 8), torch.rand(4) + 0.5, torch.tensor(3.0))
+    module = make_fx(_step, tracing_mode="fake")(*args)
+    inductor_passes.HoistScalars()(module.graph)
+    module.recompile()
+    hoisted = _hoisted(module.graph)
+    sources = {node.args[0].target for node in hoisted}
+    # The per-row rsqrt (read by the matrix through its unsqueeze) and the 0-d scale, once.
+    assert torch.ops.aten.rsqrt.default in sources
+    assert torch.ops.aten.rsub.Scalar in sources  # 1 - 0.9 ** count, not its 0-d input
+    assert len(hoisted) == 2
+    # Nothing of the matrix's own (4, 8) elementwise chain is hoisted.
+    assert all(node.args[0].meta["val"].numel() < 32 for node in hoisted)
+    # The unsqueeze now views the hoisted copy.
+    unsqueeze = next(node for node in module.graph.nodes
+                     if node.target is torch.ops.aten.unsqueeze.default)
+    assert unsqueeze.args[0] in hoisted
+    torch.testing.assert_close(module(*args), _step(*args), rtol=0, atol=0)
