@@ -54,7 +54,8 @@ worker carries on with the next cell. Timed steps are interleaved (one step of e
 implementation per round) and the median is reported; an implementation whose steps have used
 the budget leaves the rounds (after at least one timed step) and its time is marked ``~``.
 Ctrl-C (or SIGTERM) stops the workers and writes what was measured.
-With ``--threads 1`` XLA is asked for one thread too.
+With ``--threads N`` each worker is pinned to N CPUs (``--jobs`` workers to distinct ones), so
+XLA, which does not keep to one thread when asked, runs on as many CPUs as torch.
 
 Output: one table of milliseconds with the streaming limit and the ratios of our fastest path
 to the limit and to Optax jit, one of peak memory and compile seconds, and a PNG plot of step
@@ -429,8 +430,9 @@ class Results:
 
 
 def worker_command(args: argparse.Namespace, size: str, optimizers: list[str],
-                   skip: set[str]) -> list[str]:
+                   skip: set[str], first_cpu: int) -> list[str]:
     command = [sys.executable, __file__, "--worker", "--size", size,
+               "--first-cpu", str(first_cpu),
                "--optimizers", ",".join(optimizers), "--skip", ",".join(sorted(skip)),
                "--scale", str(args.scale), "--repeats", str(args.repeats),
                "--warmup", str(args.warmup), "--budget", str(args.budget),
@@ -461,12 +463,14 @@ class Workers:
 
 
 def run_model(args: argparse.Namespace, size: str, results: Results,
-              on_row: Callable[[str, str], None], workers: Workers) -> None:
-    """Runs ``size``'s optimizers in workers, restarting after a cell overruns its budget."""
+              on_row: Callable[[str, str], None], workers: Workers, first_cpu: int) -> None:
+    """Runs ``size``'s optimizers in workers, restarting after a cell overruns its budget.
+
+    With ``--threads N`` the workers run on the N CPUs from ``first_cpu``."""
     pending = args.optimizers.split(",")
     skip: set[str] = set()
     while pending and not workers.stopping.is_set():
-        process = subprocess.Popen(worker_command(args, size, pending, skip),
+        process = subprocess.Popen(worker_command(args, size, pending, skip, first_cpu),
                                    stdout=subprocess.PIPE, text=True,
                                    env=worker_environment(args.threads))
         workers.running.add(process)
@@ -686,8 +690,16 @@ def main() -> None:
 
     workers = Workers()
 
+    free_cpus: queue.Queue[int] = queue.Queue()  # one block of --threads CPUs per job
+    for job in range(args.jobs):
+        free_cpus.put(job * max(args.threads, 1))
+
     def run(size: str) -> None:
-        run_model(args, size, results, on_row, workers)
+        first_cpu = free_cpus.get()
+        try:
+            run_model(args, size, results, on_row, workers, first_cpu)
+        finally:
+            free_cpus.put(first_cpu)
         if workers.stopping.is_set():
             return
         with lock:

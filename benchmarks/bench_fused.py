@@ -50,6 +50,7 @@ from bench_step import (  # noqa: E402
     MOMENTUM,
     WEIGHT_DECAY,
     jitted_step,
+    limit_threads,
     median_times,
     ours_inplace,
     random_tensors,
@@ -125,7 +126,8 @@ def main() -> None:
                         help=f"comma-separated among {', '.join(OPTIMIZERS)}")
     parser.add_argument("--repeats", type=int, default=10, help="timed steps (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads, and as many CPUs pinned (limit_threads)")
     parser.add_argument("--backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--no-optax", action="store_true", help="skip Optax jit")
     parser.add_argument("--memory", action="store_true",
@@ -133,7 +135,7 @@ def main() -> None:
     add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        limit_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU, "
           f"backend {args.backend}, Inductor cache {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}"
           f"; median of {args.repeats} alternated steps after {args.warmup} warm-up rounds")

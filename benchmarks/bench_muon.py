@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 from _results import add_markdown_option, write_markdown
+from bench_step import limit_threads
 
 import optax_compat
 from optax_compat.contrib import _muon
@@ -78,11 +79,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads, and as many CPUs pinned (limit_threads)")
     add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        limit_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
     params = {f"w{i}": torch.randn(args.size, args.size, generator=generator)
               for i in range(args.count)}

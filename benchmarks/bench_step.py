@@ -28,6 +28,7 @@ import argparse
 import ctypes
 import gc
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -367,18 +368,35 @@ def add_step_options(parser: argparse.ArgumentParser, *, sizes: str, optimizers:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every size's parameter count (e.g. 0.1 for a quick run)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch.set_num_threads (default: leave PyTorch's choice)")
+                        help="torch.set_num_threads, and the number of CPUs the process may run "
+                             "on (default: leave PyTorch's choice, no pinning)")
+    parser.add_argument("--first-cpu", type=int, default=0,
+                        help="with --threads N: run on the N allowed CPUs from this one")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="tell glibc malloc to keep freed memory instead of returning it "
                              "to the OS (see keep_freed_memory)")
     add_markdown_option(parser)
 
 
+def limit_threads(threads: int, first_cpu: int = 0) -> None:
+    """Runs torch on ``threads`` threads and pins the process to ``threads`` CPUs.
+
+    The pinning holds every library to the same CPUs: XLA's CPU client in JAX 0.10 does not
+    honour ``--xla_cpu_multi_thread_eigen=false`` and ran Muon's matrix products on both cores
+    of a two-core machine (1.7 CPU-seconds per second) while torch had one. Threads started
+    later (XLA's pools) inherit the affinity, so call this before JAX is first used.
+    """
+    torch.set_num_threads(threads)
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[(first_cpu + i) % len(allowed)] for i in range(threads)})
+
+
 def parse_step_options(parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """Parses the command line and applies ``--threads`` and ``--keep-freed-memory``."""
+    """Parses the command line; applies ``--threads``/``--first-cpu`` and
+    ``--keep-freed-memory``."""
     args = parser.parse_args()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        limit_threads(args.threads, args.first_cpu)
     if args.keep_freed_memory:
         keep_freed_memory()
     return args

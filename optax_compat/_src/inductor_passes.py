@@ -59,7 +59,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.5"
+        return "optax_compat.HoistScalars.6"
 
 
 _VIEWS = frozenset({"reshape", "view", "unsqueeze", "squeeze", "permute", "expand", "slice",
@@ -69,7 +69,7 @@ _VIEWS = frozenset({"reshape", "view", "unsqueeze", "squeeze", "permute", "expan
 def _reads_broadcast(user: torch.fx.Node, size: int) -> bool:
     """Whether ``user`` reads a value of ``size`` elements into more elements, itself or (a
     view of the value, such as one part of an ``unbind``) through its own readers."""
-    numel = _numel(user)
+    numel = _largest_numel(user)
     if numel is not None and numel > size:
         return True
     return _is_view(user) and any(_reads_broadcast(reader, size) for reader in user.users)
@@ -84,8 +84,19 @@ def _is_view(node: torch.fx.Node) -> bool:
 def _numel(node: torch.fx.Node) -> int | None:
     """The number of elements ``node`` computes, if it is one tensor of static shape."""
     value = node.meta.get("val")
-    if not isinstance(value, torch.Tensor):
-        return None
+    return _static_numel(value) if isinstance(value, torch.Tensor) else None
+
+
+def _largest_numel(node: torch.fx.Node) -> int | None:
+    """The elements of ``node``'s largest output: one tensor, or a list of them (a
+    ``torch._foreach_*`` op over the flat buffers), if all are of static shape."""
+    value = node.meta.get("val")
+    outputs = value if isinstance(value, (list, tuple)) else [value]
+    sizes = [_static_numel(x) if isinstance(x, torch.Tensor) else None for x in outputs]
+    return max(sizes) if sizes and None not in sizes else None
+
+
+def _static_numel(value: torch.Tensor) -> int | None:
     try:
         return int(value.numel())
     except (TypeError, RuntimeError):  # a symbolic size

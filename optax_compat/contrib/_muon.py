@@ -5,7 +5,7 @@ with the same singular vectors, computed by a few steps of a quintic Newton-Schu
 Optax runs the iteration leaf by leaf under ``jax.vmap``; here every matrix of the tree (the
 batch slices of higher-rank parameters included) is brought to a ``(rows <= cols)`` layout and
 matrices of equal shape, dtype and device are stacked, so each Newton-Schulz step is three
-batched matrix products (``torch.bmm``/``torch.baddbmm``) per group instead of per matrix.
+batched matrix products (``torch.bmm``) per group instead of per matrix.
 """
 
 from __future__ import annotations
@@ -141,11 +141,28 @@ def _matrix_layout(x: torch.Tensor, dim_nums: Any) -> _MatrixLayout:
                          transposed=sizes[1] > sizes[2])
 
 
+def _add_to_diagonals(matrices: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``matrices + value I`` for a batch of square matrices, in place on plain tensors.
+
+    A DTensor's diagonal view does not write through to its shards (an in-place add on it is
+    silently lost, PyTorch 2.13), so DTensors take the out-of-place ``diagonal_scatter``.
+    """
+    if tm.is_distributed([matrices]):
+        return torch.diagonal_scatter(matrices, matrices.diagonal(dim1=-2, dim2=-1) + value,
+                                      dim1=-2, dim2=-1)
+    matrices.diagonal(dim1=-2, dim2=-1).add_(value)
+    return matrices
+
+
 def _quintic_step(x: torch.Tensor, gram: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
-    """``c0 X + (c1 A + c2 A A) X`` for a batch of ``X`` with ``A = X X^H``."""
+    """``c0 X + (c1 A + c2 A A) X`` for a batch of ``X`` with ``A = X X^H``.
+
+    Computed as ``(c0 I + A (c1 I + c2 A)) X``: the three matrix products and one elementwise
+    pass over the small ``A``; the shifts touch diagonals only, and nothing else reads ``X``.
+    """
     c0, c1, c2 = coeffs.unbind()
-    polynomial = torch.baddbmm(c1 * gram, c2 * gram, gram)
-    return torch.baddbmm(c0 * x, polynomial, x)
+    polynomial = torch.bmm(gram, _add_to_diagonals(c2 * gram, c1))
+    return torch.bmm(_add_to_diagonals(polynomial, c0), x)
 
 
 def _aol_first_step(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
