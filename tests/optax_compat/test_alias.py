@@ -447,3 +447,30 @@ def test_state_stable_and_inputs_untouched(name: str, data: st.DataObject) -> No
         assert optree.tree_structure(updates, none_is_leaf=False) == optree.tree_structure(
             grad, none_is_leaf=False)
         params, state = optax_compat.apply_updates(params, updates), new_state
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_inplace_update_gives_the_pure_updates_and_states(name: str) -> None:
+    """``inplace=True`` hands the gradients' buffers over, and nothing else: SM3 returns its
+    new momentum as its update, which the alias's in-place ``scale`` then scaled inside the
+    state until updates aliasing the state were copied out."""
+    generator = torch.Generator().manual_seed(0)
+
+    def tree() -> dict[str, torch.Tensor]:
+        return {"w": torch.randn(3, 4, generator=generator, dtype=torch.float64),
+                "b": torch.randn(5, generator=generator, dtype=torch.float64)}
+
+    params, grads = tree(), [tree() for _ in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tx = optax_compat.polyak_sgd() if name == "polyak_sgd" else getattr(
+            optax_compat, name)(0.1)
+    extra = {"value": torch.tensor(2.0)} if name == "polyak_sgd" else {}
+    pure_state = inplace_state = tx.init(params)
+    for grad in grads:
+        pure_updates, pure_state = tx.update(grad, pure_state, params, **extra)
+        inplace_updates, inplace_state = tx.update(
+            {key: value.clone() for key, value in grad.items()}, inplace_state, params,
+            inplace=True, **extra)
+        optax_compat.testing.assert_trees_all_close(inplace_updates, pure_updates)
+        optax_compat.testing.assert_trees_all_close(inplace_state, pure_state)

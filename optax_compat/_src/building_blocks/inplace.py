@@ -16,6 +16,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
+
+from optax_compat._src.building_blocks import tree_math as tm
+
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
 
 _MARK = "supports_inplace"
@@ -42,8 +46,36 @@ def without_inplace_request(update_fn: UpdateFn) -> UpdateFn:
 
     @functools.wraps(update_fn)
     def update(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> Any:
-        extra_args.pop("inplace", None)
-        return update_fn(updates, state, params, **extra_args)
+        inplace = extra_args.pop("inplace", False)
+        new_updates, new_state = update_fn(updates, state, params, **extra_args)
+        if inplace and not torch.compiler.is_compiling():
+            new_updates = _apart_from_state(new_updates, new_state, updates)
+        return new_updates, new_state
 
     setattr(update, _MARK, False)
     return update  # type: ignore[return-value]
+
+
+def _apart_from_state(new_updates: Any, new_state: Any, incoming: Any) -> Any:
+    """``new_updates`` with no leaf that is also a leaf of ``new_state``.
+
+    An in-place caller may write into the updates it gets back (the next transformation of a
+    ``chain`` scales them in place), so an update that is itself a state buffer (SM3 returns its
+    new momentum as the update) would corrupt the state. Such a leaf is copied into the incoming
+    update's buffer, which the in-place request hands over (cloned if that one does not fit).
+    """
+    in_state = {id(x) for x in tm.leaves(new_state) if isinstance(x, torch.Tensor)}
+    outputs, spec = tm.flatten(new_updates)
+    if not any(id(u) in in_state for u in outputs):
+        return new_updates
+    buffers = tm.leaves(incoming)
+    if len(buffers) != len(outputs):
+        buffers = [None] * len(outputs)
+    apart = []
+    for update, buffer in zip(outputs, buffers, strict=True):
+        if id(update) in in_state:
+            fits = (isinstance(buffer, torch.Tensor) and id(buffer) not in in_state
+                    and buffer.shape == update.shape and buffer.dtype == update.dtype)
+            update = buffer.copy_(update) if fits else update.clone()
+        apart.append(update)
+    return tm.unflatten(spec, apart)
