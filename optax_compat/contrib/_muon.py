@@ -154,31 +154,66 @@ def _add_to_diagonals(matrices: torch.Tensor, value: torch.Tensor) -> torch.Tens
     return matrices
 
 
-def _quintic_step(x: torch.Tensor, gram: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
-    """``c0 X + (c1 A + c2 A A) X`` for a batch of ``X`` with ``A = X X^H``.
+class _Products:
+    """Where the Newton-Schulz products go: fresh tensors, or buffers made on first use and
+    reused by the later steps of one orthogonalization.
+
+    A fresh tensor as large as model (c)'s stack (128 MB) costs its page faults again each time
+    glibc maps it, a fifth of a Muon step there; reused buffers pay them once per update. They
+    are reused only when nothing is differentiated (a backward pass needs every step's values)
+    and outside ``vmap`` and DTensors, which take no ``out=``.
+    """
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.reuse = not (tm.is_recording(x) or tm.is_batched([x]) or tm.is_distributed([x]))
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def bmm(self, a: torch.Tensor, b: torch.Tensor, role: str) -> torch.Tensor:
+        """``a @ b`` for batches of matrices, into the buffer of ``role`` if reused."""
+        if not self.reuse:
+            return torch.bmm(a, b)
+        return torch.bmm(a, b, out=self._buffer(role, (a.shape[0], a.shape[1], b.shape[2]), a))
+
+    def scale(self, a: torch.Tensor, factor: torch.Tensor, role: str) -> torch.Tensor:
+        """``factor * a``, into the buffer of ``role`` if reused."""
+        if not self.reuse:
+            return factor * a
+        return torch.mul(a, factor, out=self._buffer(role, a.shape, a))
+
+    def _buffer(self, role: str, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        if role not in self.buffers:
+            self.buffers[role] = like.new_empty(shape)
+        return self.buffers[role]
+
+
+def _quintic_step(x: torch.Tensor, gram: torch.Tensor, coeffs: torch.Tensor,
+                  products: _Products, role: str) -> torch.Tensor:
+    """``c0 X + (c1 A + c2 A A) X`` for a batch of ``X`` with ``A = X X^H``, into ``role``.
 
     Computed as ``(c0 I + A (c1 I + c2 A)) X``: the three matrix products and one elementwise
     pass over the small ``A``; the shifts touch diagonals only, and nothing else reads ``X``.
     """
     c0, c1, c2 = coeffs.unbind()
-    polynomial = torch.bmm(gram, _add_to_diagonals(c2 * gram, c1))
-    return torch.bmm(_add_to_diagonals(polynomial, c0), x)
+    shifted = _add_to_diagonals(products.scale(gram, c2, "shifted"), c1)
+    polynomial = _add_to_diagonals(products.bmm(gram, shifted, "polynomial"), c0)
+    return products.bmm(polynomial, x, role)
 
 
-def _aol_first_step(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+def _aol_first_step(x: torch.Tensor, coeffs: torch.Tensor, products: _Products) -> torch.Tensor:
     """The first step with 'almost orthogonal layer' row rescaling (Boissin et al., 2025)."""
     gram = torch.bmm(x, x.mH)
     rescaling = torch.clamp(gram.abs().sum(dim=-1), min=_FIRST_STEP_EPS)
     s = torch.rsqrt(rescaling).unsqueeze(-1)
-    return _quintic_step(x * s, gram * s * s.mT, coeffs)
+    return _quintic_step(x * s, gram * s * s.mT, coeffs, products, "x0")
 
 
-def _schatten_first_step(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+def _schatten_first_step(x: torch.Tensor, coeffs: torch.Tensor,
+                         products: _Products) -> torch.Tensor:
     """The first step with Schatten-4 norm rescaling (Grishina et al., 2025)."""
     gram = torch.bmm(x, x.mT)  # Optax uses the plain transpose here
     rescaling = torch.clamp(torch.linalg.matrix_norm(gram, keepdim=True), min=_FIRST_STEP_EPS)
     s = torch.rsqrt(rescaling)
-    return _quintic_step(x * s, gram * s ** 2, coeffs)
+    return _quintic_step(x * s, gram * s ** 2, coeffs, products, "x0")
 
 
 def _newton_schulz(x: torch.Tensor, ns_coeffs: torch.Tensor, ns_steps: int,
@@ -190,13 +225,15 @@ def _newton_schulz(x: torch.Tensor, ns_coeffs: torch.Tensor, ns_steps: int,
         x = x / (torch.linalg.matrix_norm(x, ord=2, keepdim=True) + eps)
     coeffs = ns_coeffs.to(dtype=x.dtype, device=x.device)
     steps = list(coeffs.unbind()) if coeffs.ndim == 2 else [coeffs] * ns_steps
+    products = _Products(x)
     for index, step_coeffs in enumerate(steps):
         if index == 0 and preconditioning == "aol":
-            x = _aol_first_step(x, step_coeffs)
+            x = _aol_first_step(x, step_coeffs, products)
         elif index == 0 and preconditioning == "schatten":
-            x = _schatten_first_step(x, step_coeffs)
-        else:
-            x = _quintic_step(x, torch.bmm(x, x.mH), step_coeffs)
+            x = _schatten_first_step(x, step_coeffs, products)
+        else:  # each step reads the other buffer of the pair it writes
+            x = _quintic_step(x, products.bmm(x, x.mH, "gram"), step_coeffs, products,
+                              f"x{index % 2}")
     return x
 
 

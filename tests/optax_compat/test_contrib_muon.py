@@ -255,6 +255,23 @@ def test_updates_are_differentiable():
     assert all(torch.isfinite(g.grad).all() and g.grad.abs().sum() > 0 for g in _leaves(grads))
 
 
+def test_reused_product_buffers_give_the_numbers_of_fresh_tensors():
+    """Without autograd recording, the Newton-Schulz steps write into buffers they reuse;
+    recording, every step makes new tensors. The updates are the same to the bit."""
+    generator = torch.Generator().manual_seed(0)
+    grads = {"w": torch.randn(6, 4, dtype=torch.float64, generator=generator),
+             "v": torch.randn(3, 5, dtype=torch.float64, generator=generator)}
+    recorded_grads = optree.tree_map(lambda g: g.clone().requires_grad_(), grads)
+    assert _muon._Products(grads["w"]).reuse
+    assert not _muon._Products(recorded_grads["w"]).reuse
+    tx = _muon.muon(0.1)
+    params = optree.tree_map(torch.zeros_like, grads)
+    reused, _ = tx.update(grads, tx.init(params), params)
+    fresh, _ = tx.update(recorded_grads, tx.init(params), params)
+    for a, b in zip(_leaves(reused), _leaves(fresh), strict=True):
+        assert torch.equal(a, b.detach())
+
+
 @pytest.mark.parametrize("name", ["muon", "scale_by_muon"])
 def test_signatures_match_optax(name):
     ours = inspect.signature(getattr(_muon, name)).parameters
