@@ -85,10 +85,8 @@ def _precondition_by_lbfgs(
     # Leaves of one dtype and device are concatenated into one vector (one copy of the memory,
     # which reordering copies anyway), so each inner product and update is one kernel rather
     # than one per leaf.
-    (flat,) = _two_loop([tm.ravel(updates)],
-                        [_rows(diff_params_memory, memory_size).index_select(0, order)],
-                        [_rows(diff_updates_memory, memory_size).index_select(0, order)],
-                        rhos, identity_scale)
+    (flat,) = _two_loop([tm.ravel(updates)], [_ordered_rows(diff_params_memory, order)],
+                        [_ordered_rows(diff_updates_memory, order)], rhos, identity_scale)
     return tm.unravel(flat, updates)
 
 
@@ -112,9 +110,22 @@ def _one_vector_space(leaves: tm.Leaves) -> bool:
             and not tm.is_distributed(leaves))
 
 
-def _rows(buffers: tm.Leaves, memory_size: int) -> torch.Tensor:
-    """The stacked memory of all leaves as one ``(memory_size, total size)`` matrix."""
-    return torch.cat([buffer.reshape(memory_size, -1) for buffer in buffers], dim=1)
+def _ordered_rows(buffers: tm.Leaves, order: torch.Tensor) -> torch.Tensor:
+    """The stacked memory of all leaves as one ``(memory_size, total size)`` matrix, its rows
+    in ``order``.
+
+    Each leaf's rows are selected straight into their columns: one new matrix, where a
+    concatenation then a selection would make two (a fresh 160 MB tensor costs more in page
+    faults than its copy). Autograd and ``vmap`` take no ``out=``: there, the two copies.
+    """
+    matrices = [buffer.reshape(buffer.shape[0], -1) for buffer in buffers]
+    if tm.is_recording(matrices) or tm.is_batched(matrices):
+        return torch.cat(matrices, dim=1).index_select(0, order)
+    rows = matrices[0].new_empty(len(order), sum(matrix.shape[1] for matrix in matrices))
+    for matrix, columns in zip(matrices, rows.split([m.shape[1] for m in matrices], dim=1),
+                               strict=True):
+        torch.index_select(matrix, 0, order, out=columns)
+    return rows
 
 
 def _two_loop(vec: tm.Leaves, diff_params: tm.Leaves, diff_updates: tm.Leaves,
