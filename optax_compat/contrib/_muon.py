@@ -161,12 +161,17 @@ class _Products:
     A fresh tensor as large as model (c)'s stack (128 MB) costs its page faults again each time
     glibc maps it, a fifth of a Muon step there; reused buffers pay them once per update. They
     are reused only when nothing is differentiated (a backward pass needs every step's values)
-    and outside ``vmap`` and DTensors, which take no ``out=``.
+    and outside ``vmap`` and DTensors, which take no ``out=``. The stack being orthogonalized
+    is then one of them: it is the orthogonalization's own copy, dead after the first step.
     """
 
     def __init__(self, x: torch.Tensor) -> None:
         self.reuse = not (tm.is_recording(x) or tm.is_batched([x]) or tm.is_distributed([x]))
-        self.buffers: dict[str, torch.Tensor] = {}
+        self.buffers: dict[str, torch.Tensor] = {"x1": x} if self.reuse else {}
+
+    def divide(self, x: torch.Tensor, divisor: torch.Tensor) -> torch.Tensor:
+        """``x / divisor``, in place if reused."""
+        return x.div_(divisor) if self.reuse else x / divisor
 
     def bmm(self, a: torch.Tensor, b: torch.Tensor, role: str) -> torch.Tensor:
         """``a @ b`` for batches of matrices, into the buffer of ``role`` if reused."""
@@ -218,14 +223,15 @@ def _schatten_first_step(x: torch.Tensor, coeffs: torch.Tensor,
 
 def _newton_schulz(x: torch.Tensor, ns_coeffs: torch.Tensor, ns_steps: int,
                    preconditioning: str, eps: Scalar) -> torch.Tensor:
-    """Orthogonalizes a ``(batch, rows, cols)`` stack of matrices with ``rows <= cols``."""
+    """Orthogonalizes a ``(batch, rows, cols)`` stack of matrices with ``rows <= cols``; the
+    stack is the caller's own copy, which this may overwrite."""
+    products = _Products(x)
     if preconditioning == "frobenius":
-        x = x / (torch.linalg.matrix_norm(x, keepdim=True) + eps)
+        x = products.divide(x, torch.linalg.matrix_norm(x, keepdim=True) + eps)
     elif preconditioning == "spectral":
-        x = x / (torch.linalg.matrix_norm(x, ord=2, keepdim=True) + eps)
+        x = products.divide(x, torch.linalg.matrix_norm(x, ord=2, keepdim=True) + eps)
     coeffs = ns_coeffs.to(dtype=x.dtype, device=x.device)
     steps = list(coeffs.unbind()) if coeffs.ndim == 2 else [coeffs] * ns_steps
-    products = _Products(x)
     for index, step_coeffs in enumerate(steps):
         if index == 0 and preconditioning == "aol":
             x = _aol_first_step(x, step_coeffs, products)
@@ -258,7 +264,7 @@ def _orthogonalize_leaves(xs: tm.Leaves, dim_nums: Sequence[Any], ns_coeffs: tor
         groups.setdefault((tuple(m.shape[1:]), m.dtype, m.device), []).append(index)
     results: list[Any] = [None] * len(xs)
     for indices in groups.values():
-        stacked = torch.cat([matrices[i] for i in indices])
+        stacked = torch.cat([matrices[i] for i in indices])  # a copy, which _newton_schulz uses
         orthogonal = _newton_schulz(stacked, ns_coeffs, ns_steps, preconditioning, eps)
         parts = orthogonal.split([matrices[i].shape[0] for i in indices])
         for i, part in zip(indices, parts, strict=True):
