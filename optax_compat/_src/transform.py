@@ -1565,7 +1565,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
 
     Returns:
       A transformation with a :class:`ScaleBySM3State` (its ``mu`` holds, for each param, a
-      list with one accumulator per dimension).
+      list with one accumulator per dimension); ``update`` accepts ``inplace``.
 
     Raises:
       ValueError: at ``init`` for complex or 0-d params.
@@ -1594,25 +1594,42 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
                          params)
         return ScaleBySM3State(mu=mu, nu=bb.zeros(params))
 
-    @bb.per_leaf("keeps one accumulator per axis of each leaf")
-    def update_fn(updates, state, params=None):
-        del params
-        gs, spec = tm.float_leaves(updates)
-        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        # ``state.mu`` holds a list of accumulators where ``updates`` hold a leaf.
-        mu_lists = spec.flatten_up_to(state.mu)
+    def step(gs: Leaves, mu_lists: list, nus: Leaves) -> tuple[Leaves, list]:
+        """The new momenta, and the new per-axis accumulators of each leaf."""
         accumulators = []
         for g, covers in zip(gs, mu_lists):
             broadcast = [c.reshape([1] * axis + [g.shape[axis]] + [1] * (g.ndim - axis - 1))
                          for axis, c in enumerate(covers)]
             accumulators.append(_sm3_accumulator(g, broadcast, b2))
         scaled = tm.mul(gs, _where_positive_rsqrt(accumulators, eps))
-        new_nus = bb.update_moment(nus, scaled, b1)
-        new_mu = tm.unflatten(spec, [_sm3_maxima(a) for a in accumulators])
-        nu = tm.unflatten(spec, new_nus)
-        return nu, ScaleBySM3State(mu=new_mu, nu=nu)
+        return bb.update_moment(nus, scaled, b1), [_sm3_maxima(a) for a in accumulators]
 
-    return base.GradientTransformation(init_fn, update_fn)
+    @bb.supports_inplace
+    @bb.per_leaf("keeps one accumulator per axis of each leaf")
+    def update_fn(updates, state, params=None, *, inplace: bool = False, **extra_args):
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
+        # ``state.mu`` holds a list of accumulators where ``updates`` hold a leaf.
+        mu_lists = spec.flatten_up_to(state.mu)
+        if inplace and not tm.is_recording(gs, nus):
+            # Leaf by leaf, each written before the next is read: the temporaries (the
+            # accumulator, the scaled gradient) span one leaf, not the parameters.
+            new_updates, new_mu = [], []
+            for g, covers, nu in zip(gs, mu_lists, nus):
+                (new_nu,), (maxima,) = step([g], [covers], [nu])
+                bb.store([nu], [new_nu], inplace=True)
+                new_updates += bb.emit([g], [new_nu], inplace=True)
+                new_mu.append(bb.store(covers, maxima, inplace=True))
+        else:  # the updates are the new momenta (the same tensors, unless in place)
+            new_nus, new_mu = step(gs, mu_lists, nus)
+            new_updates = bb.emit(gs, new_nus, inplace)
+            nus = bb.store(nus, new_nus, inplace)
+            new_mu = [bb.store(old, new, inplace) for old, new in zip(mu_lists, new_mu)]
+        return tm.unflatten(spec, new_updates), ScaleBySM3State(mu=tm.unflatten(spec, new_mu),
+                                                                nu=tm.unflatten(spec, nus))
+
+    return _with_extra_args(init_fn, update_fn)
 
 
 class ScaleByOptimisticGradientState(NamedTuple):
