@@ -451,9 +451,9 @@ def test_state_stable_and_inputs_untouched(name: str, data: st.DataObject) -> No
 
 @pytest.mark.parametrize("name", ALIASES)
 def test_inplace_update_gives_the_pure_updates_and_states(name: str) -> None:
-    """``inplace=True`` hands the gradients' buffers over, and nothing else: SM3 returns its
-    new momentum as its update, which the alias's in-place ``scale`` then scaled inside the
-    state until updates aliasing the state were copied out."""
+    """``inplace=True`` hands the gradients' buffers over, and nothing else (SM3 returns its
+    new momentum as its update, which the alias's in-place ``scale`` once scaled inside the
+    state)."""
     generator = torch.Generator().manual_seed(0)
 
     def tree() -> dict[str, torch.Tensor]:

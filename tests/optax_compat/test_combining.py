@@ -151,6 +151,35 @@ def test_chain_forwards_inplace_with_the_numbers_of_the_pure_path():
         ox.testing.assert_trees_all_close(inplace_state, pure_state, rtol=0, atol=0)
 
 
+def _running_sum() -> ox.GradientTransformation:
+    """Returns its new state as its update, as SM3 does, without declaring in-place support."""
+
+    def update(updates, state, params=None):
+        del params
+        total = tree_math.tree_map(torch.add, state, updates)
+        return total, total
+
+    return ox.GradientTransformation(lambda params: tree_math.tree_map(torch.zeros_like, params),
+                                     update)
+
+
+def test_an_update_that_is_the_state_is_not_scaled_in_place_inside_the_state():
+    # ``scale`` writes into the updates it receives; the running sum's updates are its state.
+    params = make_tree(torch.float64)
+    grads = [make_tree(torch.float64, seed=i + 1) for i in range(3)]
+    tx = ox.chain(_running_sum(), ox.scale(-0.1))
+    pure_state = inplace_state = tx.init(params)
+    for grad in grads:
+        pure_updates, pure_state = tx.update(grad, pure_state, params)
+        incoming = tree_math.tree_map(torch.clone, grad)
+        inplace_updates, inplace_state = tx.update(incoming, inplace_state, params, inplace=True)
+        ox.testing.assert_trees_all_close(inplace_updates, pure_updates, rtol=0, atol=0)
+        ox.testing.assert_trees_all_close(inplace_state, pure_state, rtol=0, atol=0)
+        # The update went into the incoming buffers the request handed over.
+        assert all(u is g for u, g in zip(tree_math.leaves(inplace_updates),
+                                          tree_math.leaves(incoming), strict=True))
+
+
 def test_chain_with_a_wrong_state_says_to_call_init():
     tx = ox.chain(ox.trace(0.9), ox.scale(2.0))
     with pytest.raises(ValueError, match="called init"):
