@@ -76,18 +76,27 @@ def _precondition_by_lbfgs(
     order = torch.remainder(memory_idx.long() + torch.arange(memory_size, device=memory_idx.device),
                             memory_size)
     rhos = weights_memory.index_select(0, order)
-    if not _one_vector_space(updates):
+    if not _concatenated(updates):
         diff_params = [buffer.index_select(0, _index_for(buffer, order))
                        for buffer in diff_params_memory]
         diff_updates = [buffer.index_select(0, _index_for(buffer, order))
                         for buffer in diff_updates_memory]
-        return _two_loop(list(updates), diff_params, diff_updates, rhos, identity_scale)
-    # Leaves of one dtype and device are concatenated into one vector (one copy of the memory,
-    # which reordering copies anyway), so each inner product and update is one kernel rather
-    # than one per leaf.
-    (flat,) = _two_loop([tm.ravel(updates)], [_ordered_rows(diff_params_memory, order)],
-                        [_ordered_rows(diff_updates_memory, order)], rhos, identity_scale)
+        return _two_loop(list(updates), _rows(diff_params, range(memory_size)),
+                         _rows(diff_updates, range(memory_size)), rhos, identity_scale)
+    # Many small leaves of one dtype and device are concatenated into one vector (one copy of
+    # the memory, which reordering copies anyway), so each inner product and update is one
+    # kernel rather than one per leaf.
+    (flat,) = _two_loop([tm.ravel(updates)],
+                        _rows([_ordered_rows(diff_params_memory, order)], range(memory_size)),
+                        _rows([_ordered_rows(diff_updates_memory, order)], range(memory_size)),
+                        rhos, identity_scale)
     return tm.unravel(flat, updates)
+
+
+def _rows(memory: tm.Leaves, slots: Any) -> list[tm.Leaves]:
+    """For each slot, the leaves of ``memory`` (stacked ``(memory_size, ...)`` tensors) at it:
+    views, not copies."""
+    return [[buffer[slot] for buffer in memory] for slot in slots]
 
 
 def _index_for(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -101,12 +110,21 @@ def _index_for(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
                               [Replicate()] * buffer.device_mesh.ndim)
 
 
-def _one_vector_space(leaves: tm.Leaves) -> bool:
-    """Whether the leaves share one dtype and device (and are several: one needs no concat).
+# Below this many elements per leaf on average, the two-loop recursion concatenates the
+# leaves: a thousand small leaves cost a thousand kernels per inner product otherwise (1.5 s
+# against 6.1 s per update at 1M parameters in 10,000 leaves). Large leaves run one by one,
+# which copies nothing (0.36 s against 0.73 s at 4M in 100 leaves).
+CONCATENATE_BELOW = 16384
+
+
+def _concatenated(leaves: tm.Leaves) -> bool:
+    """Whether the two-loop recursion runs on the leaves concatenated into one vector: several
+    small leaves (:data:`CONCATENATE_BELOW`) of one dtype and device.
 
     DTensor shards stay apart: concatenating them would gather every leaf.
     """
-    return (len(leaves) > 1 and len({(x.dtype, x.device) for x in leaves}) == 1
+    return (len(leaves) > 1 and sum(x.numel() for x in leaves) < CONCATENATE_BELOW * len(leaves)
+            and len({(x.dtype, x.device) for x in leaves}) == 1
             and not tm.is_distributed(leaves))
 
 
@@ -128,20 +146,32 @@ def _ordered_rows(buffers: tm.Leaves, order: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-def _two_loop(vec: tm.Leaves, diff_params: tm.Leaves, diff_updates: tm.Leaves,
-              rhos: torch.Tensor, identity_scale: torch.Tensor | float) -> tm.Leaves:
-    """The two-loop recursion over memories already ordered oldest to newest."""
+def _two_loop(vec: tm.Leaves, diff_params: list[tm.Leaves], diff_updates: list[tm.Leaves],
+              rhos: torch.Tensor, identity_scale: torch.Tensor | float, *,
+              inplace: bool = False) -> tm.Leaves:
+    """The two-loop recursion over memories given row by row, oldest to newest.
+
+    With ``inplace``, ``vec`` is overwritten block by block (:func:`tree_math.blocks`) with the
+    kernels the pure recursion runs, so that the temporaries span a block.
+    """
+
+    def add_scaled(vec: tm.Leaves, scale: torch.Tensor, rows: tm.Leaves) -> tm.Leaves:
+        if not inplace:
+            return tm.add_scaled(vec, tm.scalar_like(scale, vec), rows)
+        for vec_block, rows_block in tm.blocks(vec, rows):
+            tm.add_scaled_(vec_block, tm.scalar_like(scale, vec_block), rows_block)
+        return vec
+
     memory_size = rhos.shape[0]
     alphas = [None] * memory_size
     for i in reversed(range(memory_size)):
-        alphas[i] = rhos[i] * _vdot([x[i] for x in diff_params], vec)
-        vec = tm.add_scaled(vec, tm.scalar_like(-alphas[i], vec),
-                            [x[i] for x in diff_updates])
-    vec = tm.mul(vec, tm.scalar_like(identity_scale, vec))
+        alphas[i] = rhos[i] * _vdot(diff_params[i], vec)
+        vec = add_scaled(vec, -alphas[i], diff_updates[i])
+    scale = tm.scalar_like(identity_scale, vec)
+    vec = tm.mul_(vec, scale) if inplace else tm.mul(vec, scale)
     for i in range(memory_size):
-        beta = rhos[i] * _vdot([x[i] for x in diff_updates], vec)
-        vec = tm.add_scaled(vec, tm.scalar_like(alphas[i] - beta, vec),
-                            [x[i] for x in diff_params])
+        beta = rhos[i] * _vdot(diff_updates[i], vec)
+        vec = add_scaled(vec, alphas[i] - beta, diff_params[i])
     return vec
 
 
@@ -167,7 +197,7 @@ def _check_shapes_kept(updates: Any, us: tm.Leaves, ws: tm.Leaves, prev_ws: tm.L
 def scale_by_lbfgs(
     memory_size: int = 10,
     scale_init_precond: bool = True,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     r"""Scales updates by the L-BFGS approximation of the inverse Hessian.
 
     The approximation :math:`P_k` is built from the last ``memory_size`` differences of
@@ -189,8 +219,12 @@ def scale_by_lbfgs(
       scale_init_precond: scale the initial identity preconditioner by :math:`\gamma_k`.
 
     Returns:
-      A :class:`GradientTransformation` with a :class:`ScaleByLBFGSState`; ``update`` needs
-      ``params``.
+      A :class:`GradientTransformationExtraArgs` with a :class:`ScaleByLBFGSState`; ``update``
+      needs ``params`` and accepts ``inplace=True``: the new differences are written into
+      their rows of the memory and the result into the incoming updates, and the recursion reads
+      the rows where they lie, so that nothing the size of the memory is copied (run eagerly,
+      it reads the step count on the host; many small leaves take the pure update's kernels and
+      copy its results into the buffers).
 
     Raises:
       ValueError: if ``memory_size < 1``.
@@ -230,8 +264,11 @@ def scale_by_lbfgs(
             weights_memory=torch.zeros(memory_size, dtype=tm.widest_real_dtype(leaves),
                                        device=device))
 
+    @bb.supports_inplace
     def update_fn(updates: base.Updates, state: ScaleByLBFGSState,
-                  params: base.Params | None = None) -> tuple[base.Updates, ScaleByLBFGSState]:
+                  params: base.Params | None = None, *, inplace: bool = False,
+                  **extra_args: Any) -> tuple[base.Updates, ScaleByLBFGSState]:
+        del extra_args
         if params is None:
             raise ValueError(bb.NO_PARAMS_MSG)
         us, spec = tm.float_leaves(updates)
@@ -243,6 +280,15 @@ def scale_by_lbfgs(
                                             "state.diff_params_memory", reference=updates)
         diff_updates_memory = tm.leaves_like(state.diff_updates_memory, spec,
                                              "state.diff_updates_memory", reference=updates)
+        inplace = (inplace and not torch.compiler.is_compiling() and not tm.is_distributed(us)
+                   and not tm.is_recording(us, ws, diff_params_memory, diff_updates_memory))
+        if inplace and not _concatenated(us):
+            _update_inplace(us, ws, prev_ws, prev_us, diff_params_memory, diff_updates_memory,
+                            state)
+            return tm.unflatten(spec, us), state._replace(
+                count=numerics.safe_increment(state.count))
+        old_buffers = [*prev_ws, *prev_us, *diff_params_memory, *diff_updates_memory,
+                       state.weights_memory]
         count = state.count
         memory_idx = torch.remainder(count, memory_size)
         prev_memory_idx = torch.remainder(count - 1, memory_size).reshape(1).long()
@@ -276,6 +322,11 @@ def scale_by_lbfgs(
         # 3. The two-loop recursion computes P_k u_k.
         precond_updates = _precondition_by_lbfgs(us, diff_params_memory, diff_updates_memory,
                                                  weights_memory, identity_scale, memory_idx)
+        if inplace:  # many small leaves, concatenated: the pure update copied into the buffers
+            tm.copy_(old_buffers, [*ws, *us, *diff_params_memory, *diff_updates_memory,
+                                   weights_memory])
+            tm.copy_(us, precond_updates)
+            return tm.unflatten(spec, us), state._replace(count=numerics.safe_increment(count))
         # Copies: later in-place edits of the caller's tensors must not change the memory.
         return tm.unflatten(spec, precond_updates), ScaleByLBFGSState(
             count=numerics.safe_increment(count),
@@ -285,4 +336,41 @@ def scale_by_lbfgs(
             diff_updates_memory=tm.unflatten(spec, diff_updates_memory),
             weights_memory=weights_memory)
 
-    return base.GradientTransformation(init_fn, update_fn)
+    def _update_inplace(us: tm.Leaves, ws: tm.Leaves, prev_ws: tm.Leaves, prev_us: tm.Leaves,
+                        diff_params_memory: tm.Leaves, diff_updates_memory: tm.Leaves,
+                        state: ScaleByLBFGSState) -> None:
+        """The update written into the state's buffers and ``us``, leaf by leaf, with the
+        kernels of the pure update: only the memory's rows are read, none is copied.
+
+        The ring index is read on the host (the rows are then views), which is why this runs
+        eagerly only.
+        """
+        count = int(state.count)
+        newest = (count - 1) % memory_size
+        # 1. The newest differences, straight into their rows (zero at the first step).
+        diff_params = [buffer[newest] for buffer in diff_params_memory]
+        diff_updates = [buffer[newest] for buffer in diff_updates_memory]
+        for rows, new, old in ((diff_params, ws, prev_ws), (diff_updates, us, prev_us)):
+            for rows_block, new_block, old_block in tm.blocks(rows, new, old):
+                tm.copy_(rows_block, tm.sub(new_block, old_block) if count
+                         else tm.zeros_like(new_block))
+        curvature = _vdot(diff_updates, diff_params)
+        weight = torch.where(curvature == 0.0, 0.0, 1.0 / curvature)
+        state.weights_memory[newest] = weight.to(state.weights_memory.dtype)
+        # 2. The scale gamma_k of the initial preconditioner.
+        if not scale_init_precond:
+            identity_scale = 1.0
+        elif count:
+            sq_norm = tm.sum_of_squares(diff_updates)
+            identity_scale = torch.where(sq_norm > 0.0, curvature / sq_norm, 1.0)
+        else:
+            identity_scale = torch.clamp(1.0 / torch.sqrt(tm.sum_of_squares(us)), max=1.0)
+        tm.copy_(prev_ws, ws)
+        tm.copy_(prev_us, us)
+        # 3. The two-loop recursion, oldest row first, into ``us``.
+        order = [(count + k) % memory_size for k in range(memory_size)]
+        rhos = state.weights_memory[order]
+        _two_loop(us, _rows(diff_params_memory, order), _rows(diff_updates_memory, order),
+                  rhos, identity_scale, inplace=True)
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -209,3 +209,22 @@ def _check_leaf_by_leaf(make, leaves=4):
     assert_inplace_matches_pure(make(), torch.float32,
                                 params=random_tree(shapes),
                                 grads=[random_tree(shapes, seed=seed) for seed in (1, 2, 3)])
+
+
+def test_inplace_lbfgs_reads_its_memory_where_it_lies():
+    # Ten rows of differences per leaf: the pure update copies the memory (in its new ring
+    # order) to run the recursion; in place, the rows are read where they are, and the
+    # recursion's temporaries span a block.
+    shapes = {f"w{i:02d}": (130, 140) for i in range(6)}
+    param_bytes = 4 * 6 * 130 * 140
+    tx = optax.lbfgs(1e-2, linesearch=None)
+    params = random_tree(shapes, seed=0)
+    state = tx.init(params)
+    for seed in (1, 2):
+        _, state = tx.update(random_tree(shapes, seed=seed), state, params, inplace=True)
+    grads = random_tree(shapes, seed=3)
+    peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
+    assert peak <= BOUND < param_bytes, f"{peak} bytes at peak"
+    assert_inplace_matches_pure(optax.lbfgs(1e-2, linesearch=None), torch.float32, steps=12,
+                                params=random_tree(shapes),
+                                grads=[random_tree(shapes, seed=seed) for seed in range(1, 13)])

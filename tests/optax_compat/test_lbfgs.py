@@ -296,7 +296,7 @@ def test_flat_and_leafwise_recursions_agree(monkeypatch):
         return outputs
 
     flat = run()
-    monkeypatch.setattr(lbfgs, "_one_vector_space", lambda leaves: False)
+    monkeypatch.setattr(lbfgs, "_concatenated", lambda leaves: False)
     leafwise = run()
     for ours, reference in zip(flat, leafwise):
         for a, b in zip(tree_math.leaves(ours), tree_math.leaves(reference), strict=True):
