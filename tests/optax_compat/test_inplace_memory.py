@@ -198,13 +198,7 @@ def _check_leaf_by_leaf(make, leaves=4):
     shapes = {**{f"w{i:02d}": (130, 140) for i in range(12)}, "b": (140,), "v": (3, 5)}
     leaf_bytes = 4 * 130 * 140
     param_bytes = 4 * sum(torch.Size(shape).numel() for shape in shapes.values())
-    tx = make()
-    params = random_tree(shapes, seed=0)
-    state = tx.init(params)
-    for seed in (1, 2):
-        _, state = tx.update(random_tree(shapes, seed=seed), state, params, inplace=True)
-    grads = random_tree(shapes, seed=3)
-    peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
+    peak = _third_inplace_update_peak(make(), shapes)
     assert peak <= leaves * leaf_bytes < param_bytes, f"{peak} bytes at peak"
     assert_inplace_matches_pure(make(), torch.float32,
                                 params=random_tree(shapes),
@@ -217,14 +211,18 @@ def test_inplace_lbfgs_reads_its_memory_where_it_lies():
     # recursion's temporaries span a block.
     shapes = {f"w{i:02d}": (130, 140) for i in range(6)}
     param_bytes = 4 * 6 * 130 * 140
-    tx = optax.lbfgs(1e-2, linesearch=None)
+    peak = _third_inplace_update_peak(optax.lbfgs(1e-2, linesearch=None), shapes)
+    assert peak <= BOUND < param_bytes, f"{peak} bytes at peak"
+    assert_inplace_matches_pure(optax.lbfgs(1e-2, linesearch=None), torch.float32, steps=12,
+                                params=random_tree(shapes),
+                                grads=[random_tree(shapes, seed=seed) for seed in range(1, 13)])
+
+
+def _third_inplace_update_peak(tx, shapes) -> int:
+    """:func:`peak_bytes` of the third in-place update of ``tx`` on random trees of ``shapes``."""
     params = random_tree(shapes, seed=0)
     state = tx.init(params)
     for seed in (1, 2):
         _, state = tx.update(random_tree(shapes, seed=seed), state, params, inplace=True)
     grads = random_tree(shapes, seed=3)
-    peak = peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
-    assert peak <= BOUND < param_bytes, f"{peak} bytes at peak"
-    assert_inplace_matches_pure(optax.lbfgs(1e-2, linesearch=None), torch.float32, steps=12,
-                                params=random_tree(shapes),
-                                grads=[random_tree(shapes, seed=seed) for seed in range(1, 13)])
+    return peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
