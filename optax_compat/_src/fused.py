@@ -40,6 +40,16 @@ from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
 
+# Inductor stores a value read by two kernels when its expression reads more than
+# ``realize_reads_threshold`` (default 4) buffers, and recomputes it otherwise. In the stacked
+# layout such a value is typically the update before a per-leaf reduction (LAMB's trust ratio,
+# SM3's per-axis maxima, Adafactor's factored moments): a buffer the size of a stack, freshly
+# allocated, so page-faulted, at every step. Recomputing it after the reduction moves fewer
+# bytes (at 32M parameters in 200 leaves: LAMB 134 -> 43 ms, SM3 148 -> 67 ms, the others
+# within noise). The flat layout keeps the default: recomputing made ADAN 41 -> 55 ms.
+STACKED_REALIZE_READS_THRESHOLD = 16
+
+
 class FusedStep:
     """One optimizer step over packed buffers, compiled on its first call.
 
@@ -159,8 +169,9 @@ class FusedStep:
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:
         """The chosen backend, noting that this call compiles; Inductor runs with
-        :func:`~optax_compat._src.compilation.compile_options` and the post-grad pass
-        :class:`~optax_compat._src.inductor_passes.HoistScalars`."""
+        :func:`~optax_compat._src.compilation.compile_options`, the post-grad pass
+        :class:`~optax_compat._src.inductor_passes.HoistScalars` and, for the stacked layout,
+        :data:`STACKED_REALIZE_READS_THRESHOLD`."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
         options = {}
@@ -169,6 +180,8 @@ class FusedStep:
 
             options = {**(compilation.compile_options() or {}),
                        "post_grad_custom_post_pass": inductor_passes.HoistScalars()}
+            if self.layout == bb.STACKED:
+                options["realize_reads_threshold"] = STACKED_REALIZE_READS_THRESHOLD
         with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()):
             return compiler(graph, example_inputs)
 

@@ -226,3 +226,19 @@ def _third_inplace_update_peak(tx, shapes) -> int:
         _, state = tx.update(random_tree(shapes, seed=seed), state, params, inplace=True)
     grads = random_tree(shapes, seed=3)
     return peak_bytes(lambda: tx.update(grads, state, params, inplace=True))
+
+
+@pytest.mark.parametrize("name", ["adafactor", "lamb", "sm3"])
+def test_a_stacked_fused_step_allocates_less_than_a_leaf(name):
+    # Compiled by Inductor, the per-leaf reductions of these steps (row and column means, trust
+    # ratios, per-axis maxima) sit between the state's update and the step that reads their
+    # results: nothing the size of a stack of leaves may be stored in between.
+    make = {"adafactor": lambda: optax.adafactor(1e-3, momentum=0.9),
+            "lamb": lambda: optax.lamb(1e-3), "sm3": lambda: optax.sm3(1e-3)}[name]
+    shapes = {f"w{i}": (64, 64) for i in range(8)}
+    step = optax.fused_step(make(), random_tree(shapes, seed=0))
+    for seed in (1, 2):
+        step(random_tree(shapes, seed=seed))
+    grads = random_tree(shapes, seed=3)
+    peak = peak_bytes(lambda: step(grads))
+    assert peak < 4 * 64 * 64, f"{name}: {peak} bytes at peak"

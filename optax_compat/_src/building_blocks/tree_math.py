@@ -592,11 +592,14 @@ def copy_(destinations: Leaves, sources: Leaves) -> Leaves:
     """Copies each source into its destination buffer (casting to the destination's dtype).
 
     DTensor has no sharding strategy for ``aten._foreach_copy_``; DTensor leaves are copied one
-    by one with ``Tensor.copy_``, which it has.
+    by one with ``Tensor.copy_``, which it has. So are leaves being compiled: Inductor (torch
+    2.13) lowers ``_foreach_copy_`` destination after destination, computing each source as it
+    writes it, so that a source reading an earlier destination (a new state computed from
+    another old one) reads its new value; single copies are ordered correctly, and fused alike.
     """
     if not destinations:
         return destinations
-    if is_distributed(destinations):
+    if is_distributed(destinations) or torch.compiler.is_compiling():
         for destination, source in zip(destinations, sources, strict=True):
             destination.copy_(source)
     else:
