@@ -39,7 +39,6 @@ from optax_compat._src import base, compilation, update
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 
-
 # Inductor stores a value read by two kernels when its expression reads more than
 # ``realize_reads_threshold`` (default 4) buffers, and recomputes it otherwise. In the stacked
 # layout such a value is typically the update before a per-leaf reduction (LAMB's trust ratio,
