@@ -307,7 +307,7 @@ def orthogonalize_via_newton_schulz(
 def scale_by_shape(
     weight_dimension_numbers: Optional[WeightDimNumOrFn] = None,
     consistent_rms: Optional[Scalar] = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     """Scales each update by a factor of its matrix shape ``fan_in x fan_out``.
 
     Args:
@@ -317,7 +317,8 @@ def scale_by_shape(
         (Liu et al., 2025); otherwise by ``sqrt(max(1, fan_out / fan_in))`` (width transfer).
 
     Returns:
-      A stateless transformation.
+      A stateless :class:`GradientTransformationExtraArgs`; its ``update`` accepts
+      ``inplace=True`` (the updates scaled in their buffers).
     """
 
     def factor(x: torch.Tensor, dim_nums: Optional[MuonDimensionNumbers]) -> Any:
@@ -327,17 +328,23 @@ def scale_by_shape(
             return math.sqrt(max(1, fan_out / fan_in))
         return math.sqrt(max(fan_in, fan_out)) * consistent_rms
 
+    @bb.supports_inplace
     def update_fn(updates: base.Updates, state: base.EmptyState,
-                  params: Optional[base.Params] = None) -> tuple[base.Updates, base.EmptyState]:
-        del params
+                  params: Optional[base.Params] = None, *, inplace: bool = False,
+                  **extra_args: Any) -> tuple[base.Updates, base.EmptyState]:
+        del params, extra_args
         xs, spec = tm.flatten(updates)
         dim_nums = _resolve_dim_nums(weight_dimension_numbers, updates)
         factors = [factor(x, d) for x, d in zip(xs, dim_nums)]
+        inplace = inplace and not tm.is_recording(xs)
         if consistent_rms is None or isinstance(consistent_rms, (int, float)):
-            return tm.unflatten(spec, tm.mul(xs, factors)), state  # one foreach kernel
-        return tm.unflatten(spec, [x * f for x, f in zip(xs, factors)]), state
+            # One foreach kernel.
+            return tm.unflatten(spec, tm.mul_(xs, factors) if inplace else tm.mul(xs, factors)
+                                ), state
+        return tm.unflatten(spec, [x.mul_(f) if inplace else x * f
+                                   for x, f in zip(xs, factors)]), state
 
-    return base.GradientTransformation(base.init_empty_state, update_fn)
+    return base.GradientTransformationExtraArgs(base.init_empty_state, update_fn)
 
 
 class MuonState(NamedTuple):
@@ -359,7 +366,7 @@ def scale_by_muon(
     adaptive: bool = False,
     preconditioning: Preconditioning = "frobenius",
     weight_dimension_numbers: Optional[WeightDimNumOrFn] = None,
-) -> base.GradientTransformation:
+) -> base.GradientTransformationExtraArgs:
     r"""Rescales updates according to the Muon algorithm.
 
     The bias-corrected momentum (with Nesterov's look-ahead by default) of each matrix is
@@ -381,7 +388,10 @@ def scale_by_muon(
         matrices.
 
     Returns:
-      A transformation with a :class:`MuonState`.
+      A :class:`GradientTransformationExtraArgs` with a :class:`MuonState`. Its ``update``
+      accepts ``inplace=True``: a run of leaves at a time (``tree_math.blocks``, whole
+      leaves), the directions are written into the incoming updates and the moments into
+      their buffers, so that the stacks and products span a run rather than the parameters.
 
     Raises:
       ValueError: at construction for an unknown ``preconditioning``; at ``init`` for
@@ -429,25 +439,47 @@ def scale_by_muon(
         return MuonState(count=bb.zero_count(params),
                          mu=bb.zeros(params, mu_dtype), ns_coeffs=coeffs)
 
-    def update_fn(updates: base.Updates, state: MuonState,
-                  params: Optional[base.Params] = None) -> tuple[base.Updates, MuonState]:
-        del params
-        gs, spec = tm.float_leaves(updates)
-        mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
-        dim_nums = _resolve_dim_nums(weight_dimension_numbers, updates)
-        count_inc = numerics.safe_increment(state.count)
+    def directions(gs: tm.Leaves, mus: tm.Leaves, dim_nums: Sequence[Any],
+                   count_inc: torch.Tensor, ns_coeffs: torch.Tensor,
+                   ) -> tuple[tm.Leaves, tm.Leaves]:
+        """The orthogonalized directions of the leaves ``gs`` and their new moments."""
         new_mus = bb.update_moment(mus, gs, beta)
         mu_hats = bb.first_moment(new_mus, gs, beta, count_inc, nesterov)
-        orthogonal = _orthogonalize_leaves(mu_hats, dim_nums, state.ns_coeffs, steps,
+        orthogonal = _orthogonalize_leaves(mu_hats, dim_nums, ns_coeffs, steps,
                                            preconditioning, eps)
         if adaptive:
             dual_norms = [torch.sum(m.conj() * o) for m, o in zip(mu_hats, orthogonal)]
             orthogonal = [o * n for o, n in zip(orthogonal, dual_norms)]
-        return tm.unflatten(spec, orthogonal), MuonState(
-            count=count_inc, mu=tm.unflatten(spec, tm.cast(new_mus, mu_dtype)),
-            ns_coeffs=state.ns_coeffs)
+        return orthogonal, tm.cast(new_mus, mu_dtype)
 
-    return base.GradientTransformation(init_fn, update_fn)
+    @bb.supports_inplace
+    def update_fn(updates: base.Updates, state: MuonState,
+                  params: Optional[base.Params] = None, *, inplace: bool = False,
+                  **extra_args: Any) -> tuple[base.Updates, MuonState]:
+        del params, extra_args
+        gs, spec = tm.float_leaves(updates)
+        mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
+        dim_nums = _resolve_dim_nums(weight_dimension_numbers, updates)
+        count_inc = numerics.safe_increment(state.count)
+        new_state = state._replace(count=count_inc)
+        if inplace and not tm.is_recording(gs, mus) and not tm.is_distributed(gs):
+            # A run of leaves at a time (whole leaves: a matrix is orthogonalized whole), its
+            # directions written into its gradients and its moments into their buffers: the
+            # stacks and products span a run, not the parameters.
+            start = 0
+            for (run,) in tm.blocks(gs, split=False):
+                stop = start + len(run)
+                orthogonal, new_mus = directions(gs[start:stop], mus[start:stop],
+                                                 dim_nums[start:stop], count_inc,
+                                                 state.ns_coeffs)
+                tm.copy_(mus[start:stop], new_mus)
+                tm.copy_(gs[start:stop], orthogonal)
+                start = stop
+            return tm.unflatten(spec, gs), new_state
+        orthogonal, new_mus = directions(gs, mus, dim_nums, count_inc, state.ns_coeffs)
+        return tm.unflatten(spec, orthogonal), new_state._replace(mu=tm.unflatten(spec, new_mus))
+
+    return base.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def _is_dim_nums_entry(x: Any) -> bool:

@@ -194,6 +194,13 @@ def test_inplace_sm3_works_one_leaf_at_a_time():
     _check_leaf_by_leaf(lambda: optax.sm3(1e-3), leaves=6)
 
 
+def test_inplace_muon_works_one_run_of_leaves_at_a_time():
+    # Each matrix is orthogonalized whole: the new moment, the terms of its look-ahead, the
+    # stack, the Newton-Schulz iterates and the direction span a run of leaves (here one leaf,
+    # about nine leaves' worth at once), not the parameters.
+    _check_leaf_by_leaf(lambda: optax.contrib.muon(1e-3), leaves=9)
+
+
 def _check_leaf_by_leaf(make, leaves=4):
     shapes = {**{f"w{i:02d}": (130, 140) for i in range(12)}, "b": (140,), "v": (3, 5)}
     leaf_bytes = 4 * 130 * 140
