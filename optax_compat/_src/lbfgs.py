@@ -9,6 +9,7 @@ pure tensor code (no host synchronisation): the ring index stays a tensor.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import optree
@@ -93,7 +94,7 @@ def _precondition_by_lbfgs(
     return tm.unravel(flat, updates)
 
 
-def _rows(memory: tm.Leaves, slots: Any) -> list[tm.Leaves]:
+def _rows(memory: tm.Leaves, slots: Iterable[int]) -> list[tm.Leaves]:
     """For each slot, the leaves of ``memory`` (stacked ``(memory_size, ...)`` tensors) at it:
     views, not copies."""
     return [[buffer[slot] for buffer in memory] for slot in slots]
