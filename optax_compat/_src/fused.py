@@ -45,7 +45,8 @@ from optax_compat._src.building_blocks import tree_math as tm
 # SM3's per-axis maxima, Adafactor's factored moments): a buffer the size of a stack, freshly
 # allocated, so page-faulted, at every step. Recomputing it after the reduction moves fewer
 # bytes (at 32M parameters in 200 leaves: LAMB 158 -> 44 ms, SM3 176 -> 47 ms, the others
-# within noise; benchmarks/results/bench_all_per_leaf_ac.md). The flat layout keeps the default: recomputing made ADAN 41 -> 55 ms.
+# within noise; benchmarks/results/bench_all_per_leaf_ac.md). The flat layout keeps the
+# default: recomputing made ADAN 41 -> 55 ms.
 STACKED_REALIZE_READS_THRESHOLD = 16
 
 
