@@ -35,6 +35,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 
 import optax_compat

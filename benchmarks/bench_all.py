@@ -84,6 +84,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 from _results import write_markdown
 from bench_step import (

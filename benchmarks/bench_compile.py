@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 
 import optax_compat

@@ -20,6 +20,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 from _results import write_markdown
 from bench_step import (
     LEARNING_RATE,

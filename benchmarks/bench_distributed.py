@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 import torch.distributed as dist
 from torch import nn

@@ -43,6 +43,7 @@ def _single_threaded_xla() -> None:
 if "--threads" in sys.argv and sys.argv[sys.argv.index("--threads") + 1] == "1":
     _single_threaded_xla()
 
+import _checkout  # noqa: E402, F401  (before optax_compat: see its docstring)
 import torch  # noqa: E402
 from _results import add_markdown_option, write_markdown  # noqa: E402
 from bench_step import (  # noqa: E402

@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 from _results import add_markdown_option, write_markdown
 from bench_step import limit_threads

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 from _results import add_markdown_option, write_markdown
 

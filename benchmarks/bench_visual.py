@@ -26,6 +26,7 @@ import time
 import warnings
 from collections.abc import Callable
 
+import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 import torch.nn.functional as F
 from _results import add_markdown_option, write_markdown
