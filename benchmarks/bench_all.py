@@ -30,11 +30,12 @@ otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line sear
 Streaming limit: the bytes a step must move at least, i.e. read the gradient and the parameter,
 write the parameter, read and write every element of the optimizer state once,
 ``itemsize * (3 * parameters + 2 * state elements)`` (20 B per parameter for SGD with momentum,
-28 B for Adam; the state is counted on the alias's own ``init``), divided by the copy bandwidth
-(bytes read plus written by ``copy_`` between two 256 MiB tensors, measured at the start of each
-model's run). Muon's matrix products and L-BFGS's history make those two compute-bound, so the
-limit is only a floor there; at small ``--scale`` the tensors fit in the caches and a step may
-beat it.
+28 B for Adam; the state is counted on the alias's own ``init``), divided by the streaming
+bandwidth (bytes read plus written by an in-place add of two 256 MiB tensors,
+``bench_step.streaming_step``, measured at the start of each model's run; a ``copy_`` would
+understate it by a third, its destination being fetched before it is written). Muon's matrix
+products and L-BFGS's history make those two compute-bound, so the limit is only a floor there;
+at small ``--scale`` the tensors fit in the caches and a step may beat it.
 
 Peak memory per step: the most memory a step holds above what it held when it began, on the third
 step (state allocated, compilation done). For the PyTorch implementations it comes
@@ -91,6 +92,7 @@ from bench_step import (
     LEARNING_RATE,
     MOMENTUM,
     SIZES,
+    STREAMING_BYTES_PER_ELEMENT,
     Step,
     add_step_options,
     jitted_step,
@@ -99,6 +101,7 @@ from bench_step import (
     random_tensors,
     sample_times,
     shapes_for,
+    streaming_step,
     torch_step,
     torchopt_inplace_step,
     update_inplace,
@@ -143,7 +146,7 @@ TORCH_OPTIM: dict[str, tuple[str, dict[str, Any], bool]] = {
     "rmsprop": ("RMSprop", {"alpha": 0.9}, False),
     "rprop": ("Rprop", {}, False),
 }
-COPY_ELEMENTS = 64 * 2**20  # float32: 256 MiB per tensor
+STREAM_ELEMENTS = 64 * 2**20  # float32: 256 MiB per tensor
 NONE = "\N{EN DASH}"  # a cell with nothing to measure
 MEASURED = "bench_all: measured step"  # profiler range
 MESSAGE = "@bench_all "  # prefix of the worker's protocol lines on its stdout
@@ -250,16 +253,16 @@ SETUPS: dict[str, Callable[[str, Shapes], Step | None]] = {
 # Measurements.
 
 
-def copy_bandwidth() -> float:
-    """Bytes per second read plus written by ``copy_`` between two 256 MiB tensors (median)."""
-    source = torch.ones(COPY_ELEMENTS)
-    target = torch.empty_like(source)
+def streaming_bandwidth() -> float:
+    """Bytes per second read plus written by ``bench_step.streaming_step`` (an in-place add of
+    two 256 MiB tensors; median)."""
+    step = streaming_step(STREAM_ELEMENTS)
     times = []
     for _ in range(7):
         start = time.perf_counter()
-        target.copy_(source)
+        step()
         times.append(time.perf_counter() - start)
-    return 2 * source.nbytes / statistics.median(times[1:])
+    return STREAMING_BYTES_PER_ELEMENT * STREAM_ELEMENTS / statistics.median(times[1:])
 
 
 def streaming_bytes(name: str, shapes: Shapes) -> int:
@@ -337,7 +340,7 @@ def worker(args: argparse.Namespace) -> None:
     skip = set(filter(None, args.skip.split(",")))
     total, count = SIZES[args.size]
     shapes = shapes_for(max(int(total * args.scale), count), count)
-    bandwidth = copy_bandwidth()
+    bandwidth = streaming_bandwidth()
     emit(bandwidth=bandwidth, parameters=sum(rows * cols for rows, cols in shapes))
     for name in args.optimizers.split(","):
         steps: dict[str, Step] = {}
@@ -705,8 +708,9 @@ def main() -> None:
         if workers.stopping.is_set():
             return
         with lock:
-            print(f"model {size}: {results.parameters.get(size, 0):,} parameters, copy "
-                  f"bandwidth {results.bandwidth.get(size, math.nan) / 1e9:.1f} GB/s", flush=True)
+            bandwidth = results.bandwidth.get(size, math.nan) / 1e9
+            print(f"model {size}: {results.parameters.get(size, 0):,} parameters, streaming "
+                  f"bandwidth {bandwidth:.1f} GB/s", flush=True)
             if plot_path:
                 plot(results, plot_path)
 
@@ -738,9 +742,9 @@ def save_markdown(path: str, results: Results) -> None:
     write_markdown(
         path, results.time_columns(), [results.time_row(*key) for key in keys],
         more=[(f"Peak memory per step in MB above the step's start, and compile seconds. Models "
-               f"and copy bandwidths: {bandwidths}. In the table above: ms per step, `*` "
-               f"another variant of the algorithm, `~` fewer timed steps (budget {budget} s), "
-               f"`>{budget}s` skipped, `{NONE}` none.",
+               f"and streaming bandwidths (in-place add): {bandwidths}. In the table above: ms "
+               f"per step, `*` another variant of the algorithm, `~` fewer timed steps (budget "
+               f"{budget} s), `>{budget}s` skipped, `{NONE}` none.",
                results.memory_columns(), [results.memory_row(*key) for key in keys])])
 
 

@@ -13,8 +13,9 @@ tensors), in one process, CPU, float32:
   clipped AdamW chain are compared with ``torch.optim.Adam``/``AdamW``, as yardsticks);
 * ``optax jit``: ``jax.jit`` of update + apply_updates;
 * ``streaming limit``: the bytes the step must move (read params, grads and state, write
-  params and state; one more read of the grads for a global norm) divided by the copy
-  bandwidth measured in the same rounds (``dst.copy_(src)`` of the same size).
+  params and state; one more read of the grads for a global norm) divided by the streaming
+  bandwidth measured in the same rounds (``a.add_(b)`` of the same size, which moves what it
+  counts; see ``bench_step.streaming_step``).
 
 The compile seconds of the first fused step are printed too: run the script twice with the
 same fresh ``TORCHINDUCTOR_CACHE_DIR`` to see a cold and a warm (cached) compile. With
@@ -49,6 +50,7 @@ from _results import add_markdown_option, write_markdown  # noqa: E402
 from bench_step import (  # noqa: E402
     LEARNING_RATE,
     MOMENTUM,
+    STREAMING_BYTES_PER_ELEMENT,
     WEIGHT_DECAY,
     jitted_step,
     limit_threads,
@@ -56,6 +58,7 @@ from bench_step import (  # noqa: E402
     ours_inplace,
     random_tensors,
     shapes_for,
+    streaming_step,
 )
 
 import optax_compat  # noqa: E402
@@ -103,12 +106,6 @@ def optax_jit(name: str, shapes: list[tuple[int, int]]) -> Step:
     import optax
 
     return jitted_step(OPTIMIZERS[name][0](optax), shapes)
-
-
-def copy_step(total: int) -> Step:
-    """``dst.copy_(src)`` over ``total`` float32 values: 8 bytes moved per value."""
-    src, dst = torch.randn(total), torch.empty(total)
-    return lambda: dst.copy_(src)
 
 
 def step_allocated_bytes(step: Step) -> int:
@@ -164,9 +161,10 @@ def main() -> None:
                                                                      implementation)
             if not args.no_optax:
                 steps["optax jit"] = optax_jit(name, shapes)
-            steps["copy"] = copy_step(numel)
+            steps["stream"] = streaming_step(numel)
             medians = median_times(steps, args.repeats, args.warmup)
-            medians["streaming limit"] = OPTIMIZERS[name][1] / 8 * medians.pop("copy")
+            medians["streaming limit"] = (OPTIMIZERS[name][1] / STREAMING_BYTES_PER_ELEMENT
+                                          * medians.pop("stream"))
             for label, seconds in medians.items():
                 ratios = [f"{seconds / medians[base]:>{width}.2f}" if base in medians else
                           f"{'':>{width}}"
