@@ -349,7 +349,10 @@ def sample_times(steps: dict[str, Step], repeats: int, warmup: int,
     Alternating (one step of each implementation per round) keeps the ratios fair when the
     machine's load changes during the run. A step's ``prepare()`` attribute, if any, runs
     untimed before it. An implementation whose steps (warm-up included) have taken more than
-    ``budget`` seconds in all leaves the rounds once it has one timed step.
+    ``budget`` seconds in all leaves the rounds once it has one timed step. Python's garbage
+    collector is off during each timed step, as in ``timeit``: otherwise a step pays for
+    collecting the objects the others left (with 10,000 leaves, Lion's in-place step took
+    265 ms with it on and 201 ms with it off, alternating with its pure step).
     """
     times: dict[str, list[float]] = {label: [] for label in steps}
     spent = dict.fromkeys(steps, 0.0)
@@ -358,9 +361,13 @@ def sample_times(steps: dict[str, Step], repeats: int, warmup: int,
             if spent[label] > budget and times[label]:
                 continue
             getattr(step, "prepare", lambda: None)()
-            start = time.perf_counter()
-            step()
-            elapsed = time.perf_counter() - start
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                step()
+                elapsed = time.perf_counter() - start
+            finally:
+                gc.enable()
             spent[label] += elapsed
             if round_index >= warmup or spent[label] > budget:
                 times[label].append(elapsed)
