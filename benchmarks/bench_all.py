@@ -33,7 +33,7 @@ write the parameter, read and write every element of the optimizer state once,
 28 B for Adam; the state is counted on the alias's own ``init``), divided by the streaming
 bandwidth (bytes read plus written by an in-place add of two 256 MiB tensors,
 ``bench_step.streaming_step``, measured at the start of each model's run; a ``copy_`` would
-understate it by a third, its destination being fetched before it is written). Muon's matrix
+understate it by about a third, its destination being fetched before it is written). Muon's matrix
 products and L-BFGS's history make those two compute-bound, so the limit is only a floor there;
 at small ``--scale`` the tensors fit in the caches and a step may beat it.
 
