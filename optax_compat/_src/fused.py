@@ -171,10 +171,12 @@ class FusedStep:
         """The chosen backend, noting that this call compiles; Inductor runs with
         :func:`~optax_compat._src.compilation.compile_options`, the post-grad pass
         :class:`~optax_compat._src.inductor_passes.HoistScalars` and, for the stacked layout,
-        :data:`STACKED_REALIZE_READS_THRESHOLD`."""
+        :data:`STACKED_REALIZE_READS_THRESHOLD` and
+        :func:`~optax_compat._src.inductor_passes.per_leaf_loops`."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
         options = {}
+        loops: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if self._backend == "inductor":
             from optax_compat._src import inductor_passes  # Inductor loads only when used
 
@@ -182,7 +184,9 @@ class FusedStep:
                        "post_grad_custom_post_pass": inductor_passes.HoistScalars()}
             if self.layout == bb.STACKED:
                 options["realize_reads_threshold"] = STACKED_REALIZE_READS_THRESHOLD
-        with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()):
+                loops = inductor_passes.per_leaf_loops()
+        with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()), \
+                loops:
             return compiler(graph, example_inputs)
 
 

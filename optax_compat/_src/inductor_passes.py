@@ -1,24 +1,41 @@
-"""An Inductor pass for the fused steps of :mod:`optax_compat._src.fused`.
+"""An Inductor pass and code-generation settings for the fused steps of
+:mod:`optax_compat._src.fused`.
 
 Imported only when a fused step compiles with Inductor (importing Inductor takes seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import sympy
 import torch
-from torch._inductor import custom_graph_pass
+from torch._inductor import custom_graph_pass, lowering, utils
+from torch._inductor.codegen import cpp
 
 
 @torch.library.custom_op("optax_compat::computed_scalar", mutates_args=())
 def computed_scalar(x: torch.Tensor) -> torch.Tensor:
-    """A copy of ``x``; Inductor computes ``x`` before the kernels that read the copy (see
-    :class:`HoistScalars`)."""
+    """A copy of ``x``; Inductor computes ``x`` into a buffer of its own before the loops that
+    read the copy (see :class:`HoistScalars`)."""
     return x.clone()
 
 
 @computed_scalar.register_fake
 def _(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+@lowering.register_lowering(torch.ops.optax_compat.computed_scalar.default,
+                            type_promotion_kind=None)
+def _computed_scalar_loop(x: Any) -> Any:
+    """Inductor's code for :func:`computed_scalar`: a loop that stores ``x``, which Inductor
+    can still place inside a larger loop nest (an opaque call would end every fusion)."""
+    value = lowering.clone(x)
+    value.realize()
+    return value
 
 
 class HoistScalars(custom_graph_pass.CustomGraphPass):
@@ -28,7 +45,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
     rate schedule; under ``vmap``, a per-leaf trust ratio or Adafactor's per-row factor) into
     every kernel that reads it, and its C++ kernels evaluate it at every vector of the loop:
     ``-fmath-errno`` keeps GCC from hoisting ``pow`` or ``sqrt`` out of the loop, which then
-    costs more than the memory traffic. Routing each such value through the opaque
+    costs more than the memory traffic. Routing each such value through
     :func:`computed_scalar` makes Inductor compute it into a small buffer first.
 
     A "scalar" here is a value computed from values no larger than itself, read by an op with
@@ -59,7 +76,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.6"
+        return "optax_compat.HoistScalars.7"
 
 
 _VIEWS = frozenset({"reshape", "view", "unsqueeze", "squeeze", "permute", "expand", "slice",
@@ -101,3 +118,79 @@ def _static_numel(value: torch.Tensor) -> int | None:
         return int(value.numel())
     except (TypeError, RuntimeError):  # a symbolic size
         return None
+
+
+# A node of at most this many elements, one axis and no reduction is a per-leaf value of a
+# stacked step (one element per leaf): see :func:`per_leaf_loops`.
+PER_LEAF_VALUES_AT_MOST = 16384
+
+
+@contextlib.contextmanager
+def per_leaf_loops() -> Iterator[None]:
+    """While a stacked step compiles: one loop over the leaves, each leaf read once from memory.
+
+    A step with per-leaf reductions (LAMB's and LARS's trust ratios, Fromage's norms, Adafactor's
+    factors) reads each leaf to reduce it, computes a few values per leaf from the results, then
+    reads the leaf again to update it. Inductor's C++ backend can nest all three in one loop
+    over the leaves ("outer loop fusion"), so that the second read finds the leaf in the cache,
+    but two of its heuristics prevent it here, and this context sets both aside:
+
+    * it keeps separate loops when a leaf has over 300 times more elements than there are
+      leaves, to parallelize within leaves instead; outer loop fusion is kept here when there
+      are at least as many leaves as threads;
+    * it vectorizes the per-leaf values' own loop over the leaves (16 leaves at a time), whose
+      step then differs from the leaves' loop, which makes the fusion fall back; their loop is
+      left scalar here (one iteration per leaf, a few operations each).
+
+    Both are internal to Inductor: if this PyTorch lacks either, nothing is changed, and the
+    step compiles as it would without this context.
+    """
+    node = getattr(cpp, "OuterLoopFusedSchedulerNode", None)
+    tiling = getattr(cpp, "TilingSelect", None)
+    check = getattr(node, "check_outer_fusion_loop_level_attr", None)
+    select = getattr(tiling, "select_tiling", None)
+    if check is None or select is None:
+        yield
+        return
+    node.check_outer_fusion_loop_level_attr = _fused_when_leaves_fill_the_threads(check)
+    tiling.select_tiling = _per_leaf_values_unvectorized(select)
+    try:
+        yield
+    finally:
+        node.check_outer_fusion_loop_level_attr = check
+        tiling.select_tiling = select
+
+
+def _fused_when_leaves_fill_the_threads(check: Callable[..., bool]) -> Callable[..., bool]:
+    """``check`` without its parallelism test when the outer loops have an iteration for every
+    thread: the test sees inner loops of one iteration."""
+
+    def fused_when_leaves_fill_the_threads(self: Any, proxies: list[Any], depth: int) -> bool:
+        outer = [sympy.Mul(*proxy.ranges[:depth]) for proxy in proxies]
+        if not all(isinstance(size, sympy.Integer) and size >= utils.parallel_num_threads()
+                   for size in outer):
+            return check(self, proxies, depth)
+        ranges = [proxy.ranges for proxy in proxies]
+        try:
+            for proxy in proxies:
+                proxy.ranges = [*proxy.ranges[:depth], *[sympy.Integer(1)] * (
+                    len(proxy.ranges) - depth)]
+            return check(self, proxies, depth)
+        finally:
+            for proxy, saved in zip(proxies, ranges, strict=True):
+                proxy.ranges = saved
+
+    return fused_when_leaves_fill_the_threads
+
+
+def _per_leaf_values_unvectorized(select: Callable[..., Any]) -> Callable[..., Any]:
+    """``select`` choosing no vector tiling for nodes of per-leaf values (one small axis)."""
+
+    def per_leaf_values_unvectorized(self: Any, fn_list: Any, var_sizes_list: Any) -> Any:
+        if all(len(sizes) == 1 and not reduction and isinstance(sizes[0], (int, sympy.Integer))
+               and int(sizes[0]) <= PER_LEAF_VALUES_AT_MOST
+               for sizes, reduction in var_sizes_list):
+            return [], [], cpp.KernelOpStats()
+        return select(self, fn_list, var_sizes_list)
+
+    return per_leaf_values_unvectorized

@@ -286,6 +286,42 @@ def test_per_leaf_transformations_match_optax_with_inductor(name):
     _check_stacked_against_optax(PER_LEAF[name], "inductor")
 
 
+def _long_leaves() -> dict[str, torch.Tensor]:
+    """Four 40x40 leaves: 400 times more elements per leaf than leaves, where Inductor would
+    keep a leaf's reductions and its update in separate loops (over 300 times)."""
+    generator = torch.Generator().manual_seed(3)
+    return {f"w{index}": torch.randn(40, 40, generator=generator) for index in range(4)}
+
+
+@pytest.mark.parametrize("name", ["adafactor", "fromage", "lamb", "lars"])
+def test_a_leafs_reductions_and_update_share_one_loop_and_optaxs_numbers(name, monkeypatch):
+    """``per_leaf_loops``: Inductor nests a leaf's reductions, its per-leaf values and its
+    update in one loop over the leaves (its own count of such kernels says so), and the
+    numbers stay Optax's."""
+    from torch._inductor import config, metrics
+
+    monkeypatch.setattr(config, "force_disable_caches", True)  # a cached kernel is not counted
+    metrics.reset()
+    _check_stacked_against_optax(PER_LEAF[name], "inductor", _long_leaves())
+    fused = metrics.cpp_outer_loop_fused_inner_counts
+    assert fused and max(count.inner_kernel_number for count in fused) >= 3, fused
+
+
+def test_per_leaf_loops_restores_inductor_as_it_found_it():
+    from torch._inductor.codegen import cpp
+
+    from optax_compat._src import inductor_passes
+
+    check = cpp.OuterLoopFusedSchedulerNode.check_outer_fusion_loop_level_attr
+    select = cpp.TilingSelect.select_tiling
+    with pytest.raises(RuntimeError, match="inside"):
+        with inductor_passes.per_leaf_loops():
+            assert cpp.TilingSelect.select_tiling is not select
+            raise RuntimeError("inside")
+    assert cpp.OuterLoopFusedSchedulerNode.check_outer_fusion_loop_level_attr is check
+    assert cpp.TilingSelect.select_tiling is select
+
+
 def test_stacked_state_has_one_tree_per_stack_size():
     params = _layered_tree()
     step = optax_compat.fused_step(optax_compat.lamb(1e-2), params, backend="aot_eager")
