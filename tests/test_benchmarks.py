@@ -49,7 +49,7 @@ def test_timed_steps_run_without_the_garbage_collector(bench_step) -> None:
     assert gc.isenabled()
 
 
-def test_the_streaming_yardstick_moves_the_bytes_it_counts(bench_step) -> None:
+def test_the_streaming_yardstick_writes_in_place(bench_step) -> None:
     """An in-place add reads both operands and writes the first: 12 bytes per float32 value,
     each crossing the bus once (a ``copy_``'s destination would also be fetched)."""
     step = bench_step.streaming_step(8)
