@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -59,3 +61,32 @@ def test_scalars_read_by_a_foreach_kernel_are_hoisted():
     assert foreach.args[1] is hoisted[0]
     for got, expected in zip(module(*args), _foreach_step(*args), strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def _divisions(x: torch.Tensor, rows: torch.Tensor, count: torch.Tensor,
+               ) -> tuple[torch.Tensor, ...]:
+    """Divisions by a 0-d value, by a per-row value, and by a value of the dividend's size."""
+    return x / (count * 0.5 + 1.0), x / rows.unsqueeze(1), x / (x.abs() + 1.0)
+
+
+def test_divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does():
+    """XLA rewrites ``x / s`` with ``s`` broadcast as ``x * (1 / s)``: the pass makes the same
+    rewrite, which gives jitted Optax's numbers bit for bit and takes the divisions out of the
+    loop; a division by a value of the dividend's own size stays a division."""
+    jax = pytest.importorskip("jax")
+    args = (torch.randn(64, 32), torch.rand(64) + 0.5, torch.tensor(3.0))
+    module = make_fx(_divisions, tracing_mode="fake")(*args)
+    inductor_passes.HoistScalars()(module.graph)
+    module.recompile()
+    targets = [node.target for node in module.graph.nodes]
+    assert targets.count(torch.ops.aten.div.Tensor) == 1
+    assert targets.count(torch.ops.aten.reciprocal.default) == 2
+    hoisted = {node.args[0].target for node in _hoisted(module.graph)}
+    assert hoisted == {torch.ops.aten.reciprocal.default}
+    jitted = jax.jit(lambda x, rows, count: (x / (count * 0.5 + 1.0), x / rows[:, None],
+                                             x / (jax.numpy.abs(x) + 1.0)))
+    expected = [torch.from_numpy(np.array(y)) for y in jitted(*(a.numpy() for a in args))]
+    for got, jax_value in zip(module(*args), expected, strict=True):
+        torch.testing.assert_close(got, jax_value, rtol=0, atol=0)
+    # An exact division by a broadcast value rounds otherwise.
+    assert not torch.equal(_divisions(*args)[1], expected[1])
