@@ -81,7 +81,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.8"
+        return "optax_compat.HoistScalars.9"
 
 
 def _multiply_by_reciprocals(graph: torch.fx.Graph) -> None:
@@ -176,25 +176,33 @@ def per_leaf_loops() -> Iterator[None]:
       are at least as many leaves as threads;
     * it vectorizes the per-leaf values' own loop over the leaves (16 leaves at a time), whose
       step then differs from the leaves' loop, which makes the fusion fall back; their loop is
-      left scalar here (one iteration per leaf, a few operations each).
+      left scalar here (one iteration per leaf, a few operations each);
+    * it nests loops in one outer loop only when one consumes the other's values; here two
+      loops that read the same leaf but do not depend on each other nest too (SM3's per-row
+      maxima and its update both read the gradient, neither reads the other).
 
-    Both are internal to Inductor: if this PyTorch lacks either, nothing is changed, and the
+    All three are internal to Inductor: if this PyTorch lacks any, nothing is changed, and the
     step compiles as it would without this context.
     """
     node = getattr(cpp, "OuterLoopFusedSchedulerNode", None)
     tiling = getattr(cpp, "TilingSelect", None)
-    check = getattr(node, "check_outer_fusion_loop_level_attr", None)
-    select = getattr(tiling, "select_tiling", None)
-    if check is None or select is None:
+    scheduling = getattr(cpp, "CppScheduling", None)
+    originals = {(node, "check_outer_fusion_loop_level_attr"): _fused_when_leaves_fill_the_threads,
+                 (tiling, "select_tiling"): _per_leaf_values_unvectorized,
+                 (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
+                 (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest}
+    found = {key: getattr(*key, None) for key in originals}
+    if None in found.values() or not all(hasattr(scheduling, name) for name in (
+            "_can_fuse_horizontal_impl", "_get_outer_loop_fusion_depth")):
         yield
         return
-    node.check_outer_fusion_loop_level_attr = _fused_when_leaves_fill_the_threads(check)
-    tiling.select_tiling = _per_leaf_values_unvectorized(select)
+    for (owner, name), patch in originals.items():
+        setattr(owner, name, patch(found[owner, name]))
     try:
         yield
     finally:
-        node.check_outer_fusion_loop_level_attr = check
-        tiling.select_tiling = select
+        for (owner, name), original in found.items():
+            setattr(owner, name, original)
 
 
 def _fused_when_leaves_fill_the_threads(check: Callable[..., bool]) -> Callable[..., bool]:
@@ -230,3 +238,20 @@ def _per_leaf_values_unvectorized(select: Callable[..., Any]) -> Callable[..., A
         return select(self, fn_list, var_sizes_list)
 
     return per_leaf_values_unvectorized
+
+
+def _independent_loops_nest(can_fuse: Callable[..., bool]) -> Callable[..., bool]:
+    """``can_fuse`` (a horizontal fusion, or a vertical one into one outer loop) also true for
+    two nodes that neither depend on the other, cannot share a loop outright, but have outer
+    loops in common: the scheduler then nests them in one outer loop, as it nests a consumer
+    with its producer. The scheduler calls this only for nodes that read the same data."""
+
+    def independent_loops_nest(self: Any, node1: Any, node2: Any) -> bool:
+        return can_fuse(self, node1, node2) or (
+            not node1.is_template() and not node2.is_template()
+            and not node1.get_operation_names() & node2.ancestors
+            and not node2.get_operation_names() & node1.ancestors
+            and not self._can_fuse_horizontal_impl(node1, node2)
+            and self._get_outer_loop_fusion_depth(node1, node2) >= 1)
+
+    return independent_loops_nest
