@@ -1613,14 +1613,16 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
         # ``state.mu`` holds a list of accumulators where ``updates`` hold a leaf.
         mu_lists = spec.flatten_up_to(state.mu)
         if inplace and not tm.is_recording(gs, nus):
-            # Leaf by leaf, each written before the next is read: the temporaries (the
-            # accumulator, the scaled gradient) span one leaf, not the parameters.
+            # Block by block of whole leaves, each written before the next is read: the
+            # temporaries (the accumulators, the scaled gradients) span one block, not the
+            # parameters, and small leaves share each foreach call.
             new_updates, new_mu = [], []
-            for g, covers, nu in zip(gs, mu_lists, nus):
-                (new_nu,), (maxima,) = step([g], [covers], [nu])
-                bb.store([nu], [new_nu], inplace=True)
-                new_updates += bb.emit([g], [new_nu], inplace=True)
-                new_mu.append(bb.store(covers, maxima, inplace=True))
+            for g_block, covers_block, nu_block in tm.blocks(gs, mu_lists, nus, split=False):
+                new_nus, maxima = step(g_block, covers_block, nu_block)
+                bb.store(nu_block, new_nus, inplace=True)
+                new_updates += bb.emit(g_block, new_nus, inplace=True)
+                new_mu += [bb.store(covers, new, inplace=True)
+                           for covers, new in zip(covers_block, maxima, strict=True)]
         else:  # the updates are the new momenta (the same tensors, unless in place)
             new_nus, new_mu = step(gs, mu_lists, nus)
             new_updates = bb.emit(gs, new_nus, inplace)
