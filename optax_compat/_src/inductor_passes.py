@@ -12,7 +12,7 @@ from typing import Any
 
 import sympy
 import torch
-from torch._inductor import custom_graph_pass, lowering, utils
+from torch._inductor import config, custom_graph_pass, lowering, scheduler, utils
 from torch._inductor.codegen import cpp
 
 
@@ -81,7 +81,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.9"
+        return "optax_compat.HoistScalars.10"
 
 
 def _multiply_by_reciprocals(graph: torch.fx.Graph) -> None:
@@ -169,7 +169,7 @@ def per_leaf_loops() -> Iterator[None]:
     factors) reads each leaf to reduce it, computes a few values per leaf from the results, then
     reads the leaf again to update it. Inductor's C++ backend can nest all three in one loop
     over the leaves ("outer loop fusion"), so that the second read finds the leaf in the cache,
-    but two of its heuristics prevent it here, and this context sets both aside:
+    but its heuristics prevent it here, and this context sets them aside:
 
     * it keeps separate loops when a leaf has over 300 times more elements than there are
       leaves, to parallelize within leaves instead; outer loop fusion is kept here when there
@@ -179,24 +179,32 @@ def per_leaf_loops() -> Iterator[None]:
       left scalar here (one iteration per leaf, a few operations each);
     * it nests loops in one outer loop only when one consumes the other's values; here two
       loops that read the same leaf but do not depend on each other nest too (SM3's per-row
-      maxima and its update both read the gradient, neither reads the other).
+      maxima and its update both read the gradient, neither reads the other);
+    * it sees no data shared between two loops that read a buffer in different orders (SM3's
+      row and column maxima), and so does not consider fusing them; here a buffer both read
+      counts as shared, since one loop over the leaves finds each leaf in the cache in any
+      order;
+    * it nests as many outer loops as the loops have in common (a leaf's rows, when two
+      loops run over the same rows), and falls back to separate loops when one of them walks
+      the leaf in another order (columns); here only the loop over the leaves is shared.
 
-    All three are internal to Inductor: if this PyTorch lacks any, nothing is changed, and the
-    step compiles as it would without this context.
+    All are internal to Inductor: if this PyTorch lacks any, nothing is changed, and the step
+    compiles as it would without this context.
     """
     node = getattr(cpp, "OuterLoopFusedSchedulerNode", None)
     tiling = getattr(cpp, "TilingSelect", None)
     scheduling = getattr(cpp, "CppScheduling", None)
-    originals = {(node, "check_outer_fusion_loop_level_attr"): _fused_when_leaves_fill_the_threads,
-                 (tiling, "select_tiling"): _per_leaf_values_unvectorized,
-                 (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
-                 (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest}
-    found = {key: getattr(*key, None) for key in originals}
-    if None in found.values() or not all(hasattr(scheduling, name) for name in (
-            "_can_fuse_horizontal_impl", "_get_outer_loop_fusion_depth")):
+    patches = {(node, "check_outer_fusion_loop_level_attr"): _fused_when_leaves_fill_the_threads,
+               (tiling, "select_tiling"): _per_leaf_values_unvectorized,
+               (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
+               (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest,
+               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"): _reads_of_a_buffer_share,
+               (scheduling, "_get_outer_loop_fusion_depth"): _the_loop_over_the_leaves}
+    found = {key: getattr(*key, None) for key in patches}
+    if None in found.values() or not hasattr(scheduling, "_can_fuse_horizontal_impl"):
         yield
         return
-    for (owner, name), patch in originals.items():
+    for (owner, name), patch in patches.items():
         setattr(owner, name, patch(found[owner, name]))
     try:
         yield
@@ -255,3 +263,28 @@ def _independent_loops_nest(can_fuse: Callable[..., bool]) -> Callable[..., bool
             and self._get_outer_loop_fusion_depth(node1, node2) >= 1)
 
     return independent_loops_nest
+
+
+def _reads_of_a_buffer_share(score: Callable[..., int]) -> Callable[..., int]:
+    """``score`` (the data two nodes share, which gates their fusion) at least the threshold
+    when both run on the CPU and read or write a buffer, whatever their indexing."""
+
+    def reads_of_a_buffer_share(self: Any, node1: Any, node2: Any, *args: Any,
+                                **kwargs: Any) -> int:
+        shared = score(self, node1, node2, *args, **kwargs)
+        if shared < config.score_fusion_memory_threshold and node1.is_cpu() and (
+                node2.is_cpu()) and (
+                node1.read_writes.buffer_names() & node2.read_writes.buffer_names()):
+            return config.score_fusion_memory_threshold
+        return shared
+
+    return reads_of_a_buffer_share
+
+
+def _the_loop_over_the_leaves(depth: Callable[..., int]) -> Callable[..., int]:
+    """``depth`` (how many outer loops two nodes would share) at most one."""
+
+    def the_loop_over_the_leaves(self: Any, node1: Any, node2: Any) -> int:
+        return min(depth(self, node1, node2), 1)
+
+    return the_loop_over_the_leaves

@@ -311,6 +311,7 @@ def test_a_leafs_reductions_and_update_share_one_loop_and_optaxs_numbers(name, n
 
 
 def test_per_leaf_loops_restores_inductor_as_it_found_it():
+    from torch._inductor import scheduler
     from torch._inductor.codegen import cpp
 
     from optax_compat._src import inductor_passes
@@ -318,7 +319,9 @@ def test_per_leaf_loops_restores_inductor_as_it_found_it():
     patched = [(cpp.OuterLoopFusedSchedulerNode, "check_outer_fusion_loop_level_attr"),
                (cpp.TilingSelect, "select_tiling"),
                (cpp.CppScheduling, "can_fuse_horizontal"),
-               (cpp.CppScheduling, "can_fuse_vertical_outer_loop")]
+               (cpp.CppScheduling, "can_fuse_vertical_outer_loop"),
+               (cpp.CppScheduling, "_get_outer_loop_fusion_depth"),
+               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse")]
     before = [getattr(owner, name) for owner, name in patched]
     with pytest.raises(RuntimeError, match="inside"):
         with inductor_passes.per_leaf_loops():
