@@ -190,8 +190,9 @@ def test_inplace_novograd_works_one_leaf_at_a_time():
 def test_inplace_sm3_works_one_leaf_at_a_time():
     # The per-axis maxima reduce each leaf's accumulator over its other axes: blocks of whole
     # leaves (here each leaf is larger than the test's block, so one leaf per block; smaller
-    # leaves share a block). Its chain of leaf-sized temporaries (squared gradient, broadcast minimum, accumulator,
-    # its root, the scaled gradient, the momentum's terms) holds up to six leaves at once.
+    # leaves share a block). Its chain of leaf-sized temporaries (squared gradient, broadcast
+    # minimum, accumulator, its root, the scaled gradient, the momentum's terms) holds up to
+    # six leaves at once.
     _check_leaf_by_leaf(lambda: optax.sm3(1e-3), leaves=6)
 
 
