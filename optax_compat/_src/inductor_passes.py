@@ -92,7 +92,8 @@ def _multiply_by_reciprocals(graph: torch.fx.Graph) -> None:
     ``jax.jit`` bit for bit (an exact division differs from them in the last bit for about a
     quarter of the elements). The reciprocal is then a computed scalar, computed once per
     step: the loop over ``x`` multiplies instead of dividing, and a vector division costs
-    several times a multiplication (Adam's step divides by two bias corrections per element).
+    several times a multiplication (LAMB's stacked step divided each element by two bias
+    corrections, in each of its two passes over a leaf).
     """
     for node in list(graph.nodes):
         if node.target is not torch.ops.aten.div.Tensor or len(node.args) != 2:
