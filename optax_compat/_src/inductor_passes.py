@@ -14,6 +14,7 @@ import sympy
 import torch
 from torch._inductor import config, custom_graph_pass, lowering, scheduler, utils
 from torch._inductor.codegen import cpp
+from torch._inductor.dependencies import MemoryDep
 
 
 @torch.library.custom_op("optax_compat::computed_scalar", mutates_args=())
@@ -81,7 +82,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.10"
+        return "optax_compat.HoistScalars.11"
 
 
 def _multiply_by_reciprocals(graph: torch.fx.Graph) -> None:
@@ -187,7 +188,11 @@ def per_leaf_loops() -> Iterator[None]:
       order;
     * it nests as many outer loops as the loops have in common (a leaf's rows, when two
       loops run over the same rows), and falls back to separate loops when one of them walks
-      the leaf in another order (columns); here only the loop over the leaves is shared.
+      the leaf in another order (columns); here only the loop over the leaves is shared;
+    * it nests a consumer with its producer only when the consumer reads each value at the
+      index the producer wrote it (Adafactor's update reads its column factors broadcast over
+      the rows); here it also does when, for each leaf, the consumer reads only values the
+      producer writes for that leaf, which the nest computes first.
 
     All are internal to Inductor: if this PyTorch lacks any, nothing is changed, and the step
     compiles as it would without this context.
@@ -200,7 +205,8 @@ def per_leaf_loops() -> Iterator[None]:
                (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
                (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest,
                (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"): _reads_of_a_buffer_share,
-               (scheduling, "_get_outer_loop_fusion_depth"): _the_loop_over_the_leaves}
+               (scheduling, "_get_outer_loop_fusion_depth"): _the_loop_over_the_leaves,
+               (scheduler.Scheduler, "can_fuse_vertical"): _leaf_by_leaf_reads_nest}
     found = {key: getattr(*key, None) for key in patches}
     if None in found.values() or not hasattr(scheduling, "_can_fuse_horizontal_impl"):
         yield
@@ -289,3 +295,75 @@ def _the_loop_over_the_leaves(depth: Callable[..., int]) -> Callable[..., int]:
         return min(depth(self, node1, node2), 1)
 
     return the_loop_over_the_leaves
+
+
+def _leaf_by_leaf_reads_nest(can_fuse_vertical: Callable[..., bool]) -> Callable[..., bool]:
+    """``can_fuse_vertical`` (whether a consumer may join its producer) also true, on the CPU,
+    when the two can only nest in one loop over the leaves (they cannot share a loop outright)
+    and every read that does not match a write reads, for each leaf, only what the producer
+    writes for that leaf (:func:`_within_one_leaf`)."""
+
+    def leaf_by_leaf_reads_nest(self: Any, node1: Any, node2: Any, **kwargs: Any) -> bool:
+        if can_fuse_vertical(self, node1, node2, **kwargs):
+            return True
+        if not (node1.is_cpu() and node2.is_cpu()):
+            return False
+        backend = self.get_backend(node1.get_device())
+        if backend._can_fuse_horizontal_impl(node1, node2) or (
+                backend._get_outer_loop_fusion_depth(node1, node2) < 1):
+            return False
+        outer = node2.get_outer_nodes()[0] if isinstance(
+            node2, cpp.OuterLoopFusedSchedulerNode) else node2
+        leaves = outer.group[1][0][0]
+        matches = self.fusable_read_and_write
+        self.fusable_read_and_write = lambda read, write, **options: matches(
+            read, write, **options) or _within_one_leaf(read, write, leaves)
+        try:
+            return can_fuse_vertical(self, node1, node2, **kwargs)
+        finally:
+            del self.fusable_read_and_write
+
+    return leaf_by_leaf_reads_nest
+
+
+def _within_one_leaf(read: Any, write: Any, leaves: Any) -> bool:
+    """Whether, in a loop over ``leaves`` leaves, ``read`` reads for leaf ``i`` only elements
+    that ``write`` writes for leaf ``i``: both index ``stride * i + rest`` with ``0 <= rest <
+    stride`` (the same ``stride``), or the write is dense, in loop order, its loops merged into
+    one (leaf ``i`` then writes ``[i * stride, (i + 1) * stride)``)."""
+    if not (isinstance(read, MemoryDep) and isinstance(write, MemoryDep)) or (
+            read.name != write.name):
+        return False
+    read_span, write_span = _leaf_span(read), _leaf_span(write)
+    if read_span is None or write_span is None or read_span[0] != leaves:
+        return False
+    merged = (len(write.var_names) == 1 and write.index == write.var_names[0]
+              and write_span == (leaves * read_span[1], 1))
+    return write_span == read_span or merged
+
+
+def _leaf_span(dep: Any) -> tuple[Any, Any] | None:
+    """``(leaves, stride)`` if ``dep``'s index is ``stride * leaf + rest``, with ``leaf`` its
+    first variable (``leaves`` values), ``rest`` affine in the others with non-negative integer
+    coefficients and ``0 <= rest < stride``; else ``None``."""
+    if not dep.var_names or len(dep.size) != len(dep.var_names):
+        return None
+    leaf, *others = dep.var_names
+    leaves, *sizes = map(sympy.sympify, dep.size)
+    index = sympy.expand(dep.index)
+    stride = index.coeff(leaf)
+    rest = sympy.expand(index - stride * leaf)
+    if not (isinstance(stride, sympy.Integer) and stride > 0) or leaf in rest.free_symbols:
+        return None
+    highest, linear = sympy.Integer(0), sympy.Integer(0)
+    for var, size in zip(others, sizes, strict=True):
+        coefficient = rest.coeff(var)
+        if not (isinstance(coefficient, sympy.Integer) and coefficient >= 0
+                and isinstance(size, sympy.Integer)):
+            return None
+        highest += coefficient * (size - 1)
+        linear += coefficient * var
+    offset = sympy.expand(rest - linear)
+    if not isinstance(offset, sympy.Integer) or offset < 0 or offset + highest >= stride:
+        return None
+    return leaves, stride

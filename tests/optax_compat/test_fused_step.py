@@ -293,14 +293,16 @@ def _long_leaves() -> dict[str, torch.Tensor]:
     return {f"w{index}": torch.randn(40, 40, generator=generator) for index in range(4)}
 
 
-@pytest.mark.parametrize(("name", "nested"), [("adafactor", 3), ("fromage", 3), ("lamb", 3),
+@pytest.mark.parametrize(("name", "nested"), [("adafactor", 6), ("fromage", 3), ("lamb", 3),
                                             ("lars", 3), ("sm3", 2)])
 def test_a_leafs_reductions_and_update_share_one_loop_and_optaxs_numbers(name, nested,
                                                                          monkeypatch):
     """``per_leaf_loops``: Inductor nests a leaf's reductions, its per-leaf values and its
     update in one loop over the leaves (its own count of such kernels says so), and the
     numbers stay Optax's. SM3's update does not read its per-row maxima: the two loops nest
-    although neither depends on the other."""
+    although neither depends on the other. Adafactor's update reads its column factors
+    broadcast over the rows: its factors' loops and its update's still share one loop (ten
+    loops in one; two loops of five each without that)."""
     from torch._inductor import config, metrics
 
     monkeypatch.setattr(config, "force_disable_caches", True)  # a cached kernel is not counted
@@ -321,7 +323,8 @@ def test_per_leaf_loops_restores_inductor_as_it_found_it():
                (cpp.CppScheduling, "can_fuse_horizontal"),
                (cpp.CppScheduling, "can_fuse_vertical_outer_loop"),
                (cpp.CppScheduling, "_get_outer_loop_fusion_depth"),
-               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse")]
+               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"),
+               (scheduler.Scheduler, "can_fuse_vertical")]
     before = [getattr(owner, name) for owner, name in patched]
     with pytest.raises(RuntimeError, match="inside"):
         with inductor_passes.per_leaf_loops():

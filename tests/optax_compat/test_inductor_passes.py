@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -90,3 +91,30 @@ def test_divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does():
         torch.testing.assert_close(got, jax_value, rtol=0, atol=0)
     # An exact division by a broadcast value rounds otherwise.
     assert not torch.equal(_divisions(*args)[1], expected[1])
+
+
+def test_a_consumer_nests_with_its_producer_only_when_it_reads_within_each_leaf():
+    """``per_leaf_loops`` lets a consumer join its producer's loop over the leaves when, for
+    each leaf, it reads only what the producer writes for that leaf (the producer's work for a
+    leaf runs first); a read that reaches into another leaf keeps them apart."""
+    from torch._inductor.dependencies import MemoryDep
+    from torch.utils._sympy.functions import FloorDiv
+
+    leaf, row, col = sympy.symbols("c0 c1 c2", integer=True, nonnegative=True)
+    flat = sympy.Symbol("c0", integer=True, nonnegative=True)
+    # Column factors written densely, their loops merged: 200 leaves of 400 values.
+    write = MemoryDep("factors", flat, (flat,), (sympy.Integer(80000),))
+    per_leaf = MemoryDep("factors", 400 * leaf + col, (leaf, col), (200, 400))
+
+    def read(index):
+        return MemoryDep("factors", index, (leaf, row, col), (200, 400, 400))
+
+    within = inductor_passes._within_one_leaf
+    assert within(read(400 * leaf + col), write, 200)  # broadcast over the rows
+    assert within(read(400 * leaf + col), per_leaf, 200)
+    assert not within(read(400 * leaf + col + 1), write, 200)  # reaches the next leaf
+    assert not within(read(leaf + 200 * col), write, 200)  # leaves interleaved
+    assert not within(read(400 * leaf + FloorDiv(row, 2)), write, 200)
+    assert not within(read(400 * leaf + col), write, 100)  # another loop over the leaves
+    assert not within(MemoryDep("other", 400 * leaf + col, (leaf, row, col), (200, 400, 400)),
+                      write, 200)
