@@ -266,10 +266,16 @@ def _independent_loops_nest(can_fuse: Callable[..., bool]) -> Callable[..., bool
             not node1.is_template() and not node2.is_template()
             and not node1.get_operation_names() & node2.ancestors
             and not node2.get_operation_names() & node1.ancestors
-            and not self._can_fuse_horizontal_impl(node1, node2)
-            and self._get_outer_loop_fusion_depth(node1, node2) >= 1)
+            and _can_only_nest(self, node1, node2))
 
     return independent_loops_nest
+
+
+def _can_only_nest(scheduling: Any, node1: Any, node2: Any) -> bool:
+    """Whether the C++ backend cannot run the two nodes in one loop but can nest them in one
+    loop over the leaves."""
+    return (not scheduling._can_fuse_horizontal_impl(node1, node2)
+            and scheduling._get_outer_loop_fusion_depth(node1, node2) >= 1)
 
 
 def _reads_of_a_buffer_share(score: Callable[..., int]) -> Callable[..., int]:
@@ -279,9 +285,9 @@ def _reads_of_a_buffer_share(score: Callable[..., int]) -> Callable[..., int]:
     def reads_of_a_buffer_share(self: Any, node1: Any, node2: Any, *args: Any,
                                 **kwargs: Any) -> int:
         shared = score(self, node1, node2, *args, **kwargs)
-        if shared < config.score_fusion_memory_threshold and node1.is_cpu() and (
-                node2.is_cpu()) and (
-                node1.read_writes.buffer_names() & node2.read_writes.buffer_names()):
+        if (shared < config.score_fusion_memory_threshold and node1.is_cpu()
+                and node2.is_cpu()
+                and node1.read_writes.buffer_names() & node2.read_writes.buffer_names()):
             return config.score_fusion_memory_threshold
         return shared
 
@@ -308,9 +314,7 @@ def _leaf_by_leaf_reads_nest(can_fuse_vertical: Callable[..., bool]) -> Callable
             return True
         if not (node1.is_cpu() and node2.is_cpu()):
             return False
-        backend = self.get_backend(node1.get_device())
-        if backend._can_fuse_horizontal_impl(node1, node2) or (
-                backend._get_outer_loop_fusion_depth(node1, node2) < 1):
+        if not _can_only_nest(self.get_backend(node1.get_device()), node1, node2):
             return False
         outer = node2.get_outer_nodes()[0] if isinstance(
             node2, cpp.OuterLoopFusedSchedulerNode) else node2
