@@ -298,18 +298,33 @@ def _long_leaves() -> dict[str, torch.Tensor]:
 def test_a_leafs_reductions_and_update_share_one_loop_and_optaxs_numbers(name, nested,
                                                                          monkeypatch):
     """``per_leaf_loops``: Inductor nests a leaf's reductions, its per-leaf values and its
-    update in one loop over the leaves (its own count of such kernels says so), and the
-    numbers stay Optax's. SM3's update does not read its per-row maxima: the two loops nest
-    although neither depends on the other. Adafactor's update reads its column factors
-    broadcast over the rows: its factors' loops and its update's still share one loop (ten
-    loops in one; two loops of five each without that)."""
-    from torch._inductor import config, metrics
+    update in one loop over the leaves (its own count of such kernels says so), no other loop
+    reads a parameter-sized buffer, and the numbers stay Optax's. SM3's update does not read
+    its per-row maxima: the two loops nest although neither depends on the other. Adafactor's
+    update reads its column factors broadcast over the rows, and its row sums would otherwise
+    run over all the leaves' rows merged in a loop of their own."""
+    from torch._inductor import config, ir, metrics, scheduler
+    from torch._inductor.virtualized import V
+
+    readers: list[dict[str, int]] = []
+    fuse_nodes = scheduler.Scheduler.fuse_nodes
+
+    def counting_readers(self, nodes):
+        fused = fuse_nodes(self, nodes)
+        sizes = {name: value.get_numel() for name, value in V.graph.graph_inputs.items()
+                 if isinstance(value, ir.TensorBox)}
+        largest = max(sizes.values())
+        readers.append({name: sum(name in node.read_writes.buffer_names() for node in fused)
+                        for name, size in sizes.items() if size == largest})
+        return fused
 
     monkeypatch.setattr(config, "force_disable_caches", True)  # a cached kernel is not counted
+    monkeypatch.setattr(scheduler.Scheduler, "fuse_nodes", counting_readers)
     metrics.reset()
     _check_stacked_against_optax(PER_LEAF[name], "inductor", _long_leaves())
     fused = metrics.cpp_outer_loop_fused_inner_counts
     assert fused and max(count.inner_kernel_number for count in fused) >= nested, fused
+    assert readers and all(set(counts.values()) == {1} for counts in readers), readers
 
 
 def test_per_leaf_loops_restores_inductor_as_it_found_it():
@@ -324,7 +339,8 @@ def test_per_leaf_loops_restores_inductor_as_it_found_it():
                (cpp.CppScheduling, "can_fuse_vertical_outer_loop"),
                (cpp.CppScheduling, "_get_outer_loop_fusion_depth"),
                (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"),
-               (scheduler.Scheduler, "can_fuse_vertical")]
+               (scheduler.Scheduler, "can_fuse_vertical"),
+               (scheduler.SchedulerNode, "_compute_attrs")]
     before = [getattr(owner, name) for owner, name in patched]
     with pytest.raises(RuntimeError, match="inside"):
         with inductor_passes.per_leaf_loops():
