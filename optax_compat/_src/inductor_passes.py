@@ -82,7 +82,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.12"
+        return "optax_compat.HoistScalars.13"
 
 
 def _multiply_by_reciprocals(graph: torch.fx.Graph) -> None:
@@ -186,6 +186,9 @@ def per_leaf_loops() -> Iterator[None]:
       row and column maxima), and so does not consider fusing them; here a buffer both read
       counts as shared, since one loop over the leaves finds each leaf in the cache in any
       order;
+    * it would then run such loops as one, over tiles that it transposes, and a tiled pass
+      reads memory at half the speed of a pass along the rows; here they only nest, one after
+      the other, so the first reads the leaf from memory and the second from the cache;
     * it nests as many outer loops as the loops have in common (a leaf's rows, when two
       loops run over the same rows), and falls back to separate loops when one of them walks
       the leaf in another order (columns); here only the loop over the leaves is shared;
@@ -206,6 +209,7 @@ def per_leaf_loops() -> Iterator[None]:
     scheduling = getattr(cpp, "CppScheduling", None)
     patches = {(node, "check_outer_fusion_loop_level_attr"): _fused_when_leaves_fill_the_threads,
                (tiling, "select_tiling"): _per_leaf_values_unvectorized,
+               (scheduling, "_can_fuse_horizontal_impl"): _not_when_reading_in_other_orders,
                (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
                (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest,
                (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"): _reads_of_a_buffer_share,
@@ -213,7 +217,7 @@ def per_leaf_loops() -> Iterator[None]:
                (scheduler.Scheduler, "can_fuse_vertical"): _leaf_by_leaf_reads_nest,
                (scheduler.SchedulerNode, "_compute_attrs"): _reductions_keep_the_leaf_loop}
     found = {key: getattr(*key, None) for key in patches}
-    if None in found.values() or not hasattr(scheduling, "_can_fuse_horizontal_impl"):
+    if None in found.values():
         yield
         return
     for (owner, name), patch in patches.items():
@@ -260,6 +264,21 @@ def _per_leaf_values_unvectorized(select: Callable[..., Any]) -> Callable[..., A
     return per_leaf_values_unvectorized
 
 
+def _not_when_reading_in_other_orders(can_share: Callable[..., bool]) -> Callable[..., bool]:
+    """``can_share`` (whether two nodes can run in one loop) false for two nodes that touch a
+    common buffer but no element of it at the same index (a leaf read by rows and by
+    columns): they can still nest in one loop over the leaves."""
+
+    def not_when_reading_in_other_orders(self: Any, node1: Any, node2: Any) -> bool:
+        accesses1 = node1.read_writes.reads | node1.read_writes.writes
+        accesses2 = node2.read_writes.reads | node2.read_writes.writes
+        other_orders = (not accesses1 & accesses2 and node1.read_writes.buffer_names()
+                        & node2.read_writes.buffer_names())
+        return not other_orders and can_share(self, node1, node2)
+
+    return not_when_reading_in_other_orders
+
+
 def _independent_loops_nest(can_fuse: Callable[..., bool]) -> Callable[..., bool]:
     """``can_fuse`` (a horizontal fusion, or a vertical one into one outer loop) also true for
     two nodes that neither depend on the other, cannot share a loop outright, but have outer
@@ -300,10 +319,20 @@ def _reads_of_a_buffer_share(score: Callable[..., int]) -> Callable[..., int]:
 
 
 def _the_loop_over_the_leaves(depth: Callable[..., int]) -> Callable[..., int]:
-    """``depth`` (how many outer loops two nodes would share) at most one."""
+    """``depth`` (how many outer loops two nodes would share) at most one, and one where a nest
+    over the leaves meets a node that shares the leaves' loop and more with the nest's loop
+    next to it (Inductor then asks the nest's depth to equal what those two share)."""
 
     def the_loop_over_the_leaves(self: Any, node1: Any, node2: Any) -> int:
-        return min(depth(self, node1, node2), 1)
+        shared = depth(self, node1, node2)
+        nest = [node for node in (node1, node2)
+                if isinstance(node, cpp.OuterLoopFusedSchedulerNode)]
+        if shared == 0 and len(nest) == 1 and nest[0].outer_loop_fusion_depth == 1:
+            # The nest's loops share only the leaves' loop with each other, maybe more with
+            # the other node: ask about the two loops that would be adjacent.
+            shared = depth(self, node1.get_outer_nodes()[-1] if node1 is nest[0] else node1,
+                           node2.get_outer_nodes()[0] if node2 is nest[0] else node2)
+        return min(shared, 1)
 
     return the_loop_over_the_leaves
 

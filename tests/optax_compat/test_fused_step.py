@@ -293,16 +293,18 @@ def _long_leaves() -> dict[str, torch.Tensor]:
     return {f"w{index}": torch.randn(40, 40, generator=generator) for index in range(4)}
 
 
-@pytest.mark.parametrize(("name", "nested"), [("adafactor", 6), ("fromage", 3), ("lamb", 3),
-                                            ("lars", 3), ("sm3", 2)])
+@pytest.mark.parametrize(("name", "nested"), [("adafactor", 11), ("fromage", 3), ("lamb", 3),
+                                            ("lars", 3), ("sm3", 3)])
 def test_a_leafs_reductions_and_update_share_one_loop_and_optaxs_numbers(name, nested,
                                                                          monkeypatch):
     """``per_leaf_loops``: Inductor nests a leaf's reductions, its per-leaf values and its
     update in one loop over the leaves (its own count of such kernels says so), no other loop
     reads a parameter-sized buffer, and the numbers stay Optax's. SM3's update does not read
-    its per-row maxima: the two loops nest although neither depends on the other. Adafactor's
-    update reads its column factors broadcast over the rows, and its row sums would otherwise
-    run over all the leaves' rows merged in a loop of their own."""
+    its per-row maxima: the two loops nest although neither depends on the other; its row and
+    column maxima read the gradient by rows and by columns, and nest one after the other
+    (three loops in one) instead of sharing one tiled loop (two). Adafactor's update reads its
+    column factors broadcast over the rows, and its row sums would otherwise run over all the
+    leaves' rows merged in a loop of their own."""
     from torch._inductor import config, ir, metrics, scheduler
     from torch._inductor.virtualized import V
 
@@ -335,6 +337,7 @@ def test_per_leaf_loops_restores_inductor_as_it_found_it():
 
     patched = [(cpp.OuterLoopFusedSchedulerNode, "check_outer_fusion_loop_level_attr"),
                (cpp.TilingSelect, "select_tiling"),
+               (cpp.CppScheduling, "_can_fuse_horizontal_impl"),
                (cpp.CppScheduling, "can_fuse_horizontal"),
                (cpp.CppScheduling, "can_fuse_vertical_outer_loop"),
                (cpp.CppScheduling, "_get_outer_loop_fusion_depth"),
