@@ -82,7 +82,7 @@ class HoistScalars(custom_graph_pass.CustomGraphPass):
 
     def uuid(self) -> str:
         """The pass's identity in Inductor's cache keys."""
-        return "optax_compat.HoistScalars.13"
+        return "optax_compat.HoistScalars.14"
 
 
 def _multiply_by_reciprocals(graph: torch.fx.Graph) -> None:
@@ -189,6 +189,10 @@ def per_leaf_loops() -> Iterator[None]:
     * it would then run such loops as one, over tiles that it transposes, and a tiled pass
       reads memory at half the speed of a pass along the rows; here they only nest, one after
       the other, so the first reads the leaf from memory and the second from the cache;
+    * it pairs only loops that touch a common buffer: Fromage's norms of a leaf's parameter
+      and of its gradient run as two passes; here reductions over the same loops count as
+      sharing and Inductor's aggressive fusion pairs them, so that one pass reads both (two
+      streams read at once stream faster than one after the other);
     * it nests as many outer loops as the loops have in common (a leaf's rows, when two
       loops run over the same rows), and falls back to separate loops when one of them walks
       the leaf in another order (columns); here only the loop over the leaves is shared;
@@ -212,7 +216,7 @@ def per_leaf_loops() -> Iterator[None]:
                (scheduling, "_can_fuse_horizontal_impl"): _not_when_reading_in_other_orders,
                (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
                (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest,
-               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"): _reads_of_a_buffer_share,
+               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"): _shared_data_or_loops,
                (scheduling, "_get_outer_loop_fusion_depth"): _the_loop_over_the_leaves,
                (scheduler.Scheduler, "can_fuse_vertical"): _leaf_by_leaf_reads_nest,
                (scheduler.SchedulerNode, "_compute_attrs"): _reductions_keep_the_leaf_loop}
@@ -223,7 +227,8 @@ def per_leaf_loops() -> Iterator[None]:
     for (owner, name), patch in patches.items():
         setattr(owner, name, patch(found[owner, name]))
     try:
-        yield
+        with config.patch(aggressive_fusion=True):
+            yield
     finally:
         for (owner, name), original in found.items():
             setattr(owner, name, original)
@@ -302,20 +307,23 @@ def _can_only_nest(scheduling: Any, node1: Any, node2: Any) -> bool:
             and scheduling._get_outer_loop_fusion_depth(node1, node2) >= 1)
 
 
-def _reads_of_a_buffer_share(score: Callable[..., int]) -> Callable[..., int]:
+def _shared_data_or_loops(score: Callable[..., int]) -> Callable[..., int]:
     """``score`` (the data two nodes share, which gates their fusion) at least the threshold
-    when both run on the CPU and read or write a buffer, whatever their indexing."""
+    when both run on the CPU and either touch a common buffer, whatever their indexing, or
+    are reductions over the same loops."""
 
-    def reads_of_a_buffer_share(self: Any, node1: Any, node2: Any, *args: Any,
-                                **kwargs: Any) -> int:
+    def shared_data_or_loops(self: Any, node1: Any, node2: Any, *args: Any,
+                             **kwargs: Any) -> int:
         shared = score(self, node1, node2, *args, **kwargs)
+        common_buffer = node1.read_writes.buffer_names() & node2.read_writes.buffer_names()
+        same_reduction_loops = (node1.is_reduction() and node2.is_reduction()
+                                and node1.group == node2.group)
         if (shared < config.score_fusion_memory_threshold and node1.is_cpu()
-                and node2.is_cpu()
-                and node1.read_writes.buffer_names() & node2.read_writes.buffer_names()):
+                and node2.is_cpu() and (common_buffer or same_reduction_loops)):
             return config.score_fusion_memory_threshold
         return shared
 
-    return reads_of_a_buffer_share
+    return shared_data_or_loops
 
 
 def _the_loop_over_the_leaves(depth: Callable[..., int]) -> Callable[..., int]:
