@@ -277,8 +277,7 @@ def _not_when_reading_in_other_orders(can_share: Callable[..., bool]) -> Callabl
     def not_when_reading_in_other_orders(self: Any, node1: Any, node2: Any) -> bool:
         accesses1 = node1.read_writes.reads | node1.read_writes.writes
         accesses2 = node2.read_writes.reads | node2.read_writes.writes
-        other_orders = (not accesses1 & accesses2 and node1.read_writes.buffer_names()
-                        & node2.read_writes.buffer_names())
+        other_orders = not accesses1 & accesses2 and _touch_a_common_buffer(node1, node2)
         return not other_orders and can_share(self, node1, node2)
 
     return not_when_reading_in_other_orders
@@ -315,15 +314,21 @@ def _shared_data_or_loops(score: Callable[..., int]) -> Callable[..., int]:
     def shared_data_or_loops(self: Any, node1: Any, node2: Any, *args: Any,
                              **kwargs: Any) -> int:
         shared = score(self, node1, node2, *args, **kwargs)
-        common_buffer = node1.read_writes.buffer_names() & node2.read_writes.buffer_names()
+        if shared >= config.score_fusion_memory_threshold or not (
+                node1.is_cpu() and node2.is_cpu()):
+            return shared
         same_reduction_loops = (node1.is_reduction() and node2.is_reduction()
                                 and node1.group == node2.group)
-        if (shared < config.score_fusion_memory_threshold and node1.is_cpu()
-                and node2.is_cpu() and (common_buffer or same_reduction_loops)):
+        if same_reduction_loops or _touch_a_common_buffer(node1, node2):
             return config.score_fusion_memory_threshold
         return shared
 
     return shared_data_or_loops
+
+
+def _touch_a_common_buffer(node1: Any, node2: Any) -> bool:
+    """Whether the two nodes read or write a common buffer, at any indices."""
+    return bool(node1.read_writes.buffer_names() & node2.read_writes.buffer_names())
 
 
 def _the_loop_over_the_leaves(depth: Callable[..., int]) -> Callable[..., int]:
