@@ -117,8 +117,8 @@ def _projection(x: torch.Tensor, dim_nums: GaLoreDimensionNumbers, rank: int) ->
         raise ValueError(f"All axes must be specified. Got reduction={reduction_axes}, "
                          f"output={output_axes} for tensor with {x.ndim} dimensions")
     permutation = reduction_axes + output_axes
-    rows = math.prod(x.shape[ax] for ax in reduction_axes)
-    cols = math.prod(x.shape[ax] for ax in output_axes)
+    rows = math.prod([x.shape[ax] for ax in reduction_axes])
+    cols = math.prod([x.shape[ax] for ax in output_axes])
     return _Projection(permutation=permutation,
                        permuted_shape=tuple(x.shape[ax] for ax in permutation),
                        rows=rows, cols=cols, rank=min(rank, rows, cols))

@@ -72,8 +72,8 @@ def _normalize_axes(ndim: int, dim_nums: MuonDimensionNumbers
 
 def _fan_in_and_out(x: torch.Tensor, dim_nums: MuonDimensionNumbers) -> tuple[int, int]:
     reduction_axes, output_axes = _normalize_axes(x.ndim, dim_nums)
-    return (math.prod(x.shape[ax] for ax in reduction_axes),
-            math.prod(x.shape[ax] for ax in output_axes))
+    return (math.prod([x.shape[ax] for ax in reduction_axes]),
+            math.prod([x.shape[ax] for ax in output_axes]))
 
 
 def _resolve_dim_nums(weight_dimension_numbers: Optional[WeightDimNumOrFn],
@@ -133,7 +133,7 @@ def _matrix_layout(x: torch.Tensor, dim_nums: Any) -> _MatrixLayout:
                          f"{tuple(x.shape)=}")
     batch_axes = tuple(sorted(set(range(x.ndim)) - set(reduction_axes) - set(output_axes)))
     permutation = batch_axes + reduction_axes + output_axes
-    sizes = [math.prod(x.shape[ax] for ax in axes)
+    sizes = [math.prod([x.shape[ax] for ax in axes])
              for axes in (batch_axes, reduction_axes, output_axes)]
     return _MatrixLayout(permutation=permutation,
                          permuted_shape=tuple(x.shape[ax] for ax in permutation),

@@ -317,7 +317,7 @@ def get_batch_size_from_per_elt_updates(per_elt_updates: base.Updates,
     def batch_size(u: torch.Tensor) -> int:
         if isinstance(per_elt_axis, int):
             return u.shape[per_elt_axis]
-        return math.prod(u.shape[i] for i in per_elt_axis)
+        return math.prod([u.shape[i] for i in per_elt_axis])
 
     batch_sizes = [batch_size(u) for u in tm.leaves(per_elt_updates)]
     if not all(b == batch_sizes[0] for b in batch_sizes):

@@ -39,7 +39,7 @@ def smooth_labels(
     _ops.check_floating(labels)
     if where is None:
         dims = _ops.reduction_dims(axis, labels.ndim)
-        num_categories = math.prod(labels.shape[d] for d in dims)
+        num_categories = math.prod([labels.shape[d] for d in dims])
     else:
         mask = torch.as_tensor(where, device=labels.device).to(labels.dtype)
         num_categories = _ops.masked_sum(mask, axis, keepdims=True)

@@ -33,11 +33,6 @@ def _is_callable_mask(mask: MaskOrFn) -> bool:
     return len(callable_leaves) > 0 and all(callable_leaves)
 
 
-def _mask_tree_for(mask: MaskOrFn, tree: base.PyTree) -> base.PyTree:
-    """The boolean mask tree (a prefix of ``tree``), calling ``mask`` on ``tree`` if needed."""
-    return mask(tree) if _is_callable_mask(mask) else mask
-
-
 def _mask_out(tree: base.PyTree, mask_tree: base.PyTree) -> base.PyTree:
     """``tree`` with every subtree whose mask is false replaced by a :class:`MaskedNode`."""
     return tree_math.map_over_prefix(lambda keep, subtree: subtree if keep else MaskedNode(),
@@ -81,6 +76,13 @@ def masked(
       (tensor([-0.1000,  0.2000]), tensor([0.5000]))
     """
     inner = base.with_extra_args_support(inner)
+    # Decided once here rather than in every update: a traced step (torch.compile) then never
+    # flattens the mask tree that this check builds.
+    mask_is_fn = _is_callable_mask(mask)
+
+    def mask_tree_for(tree: base.PyTree) -> base.PyTree:
+        """The boolean mask tree (a prefix of ``tree``), calling ``mask`` on ``tree`` if needed."""
+        return mask(tree) if mask_is_fn else mask
 
     def mask_extra_args(extra_args: dict[str, Any], updates: base.Updates,
                         mask_tree: base.PyTree) -> dict[str, Any]:
@@ -96,13 +98,13 @@ def masked(
         # find where the state holds params-shaped trees; pass it through unmasked.
         if isinstance(params, _state_utils._ParamsPlaceholder):
             return MaskedState(inner_state=inner.init(params))
-        mask_tree = _mask_tree_for(mask, params)
+        mask_tree = mask_tree_for(params)
         return MaskedState(inner_state=inner.init(_mask_out(params, mask_tree)))
 
     def update_fn(updates: base.Updates, state: MaskedState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, MaskedState]:
-        mask_tree = _mask_tree_for(mask, updates)
+        mask_tree = mask_tree_for(updates)
         masked_updates = _mask_out(updates, mask_tree)
         masked_params = None if params is None else _mask_out(params, mask_tree)
         new_masked_updates, new_inner_state = inner.update(

@@ -27,6 +27,13 @@ COMPILED = {
     "chain": lambda: ox.chain(ox.clip_by_global_norm(1.0), ox.adamw(0.1)),
     "masked": lambda: ox.masked(ox.adam(0.1), lambda params: optree.tree_map(
         lambda p: p.ndim > 1, params, none_is_leaf=False)),
+    # A mask or label tree that is a constant of the step, not a function of the params.
+    "masked_tree": lambda: ox.masked(
+        ox.adam(0.1), {"bias": False, "layer": True, "pair": (True, False), "empty": None}),
+    "partition": lambda: ox.partition(
+        {"decay": ox.adamw(0.1), "plain": ox.sgd(0.1)},
+        {"bias": "plain", "layer": "decay", "pair": ("decay", "plain"), "empty": None}),
+    "muon": lambda: ox.contrib.muon(0.1),
     "inject_hyperparams": lambda: ox.inject_hyperparams(ox.adam)(
         learning_rate=ox.cosine_decay_schedule(0.1, 10)),
     "MultiSteps": lambda: ox.MultiSteps(ox.adam(0.1), 2),
