@@ -11,6 +11,7 @@ import datetime
 import os
 import pathlib
 import platform
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -45,7 +46,7 @@ def write_markdown(path: str, columns: list[str], rows: list[list[str]],
 
     ``more`` holds further ``(paragraph, columns, rows)`` tables, each after its paragraph.
     """
-    command = " ".join(["python", *(arg.replace(os.sep, "/") for arg in sys.argv)])
+    command = shlex.join(["python", *(arg.replace(os.sep, "/") for arg in sys.argv)])
     lines = [
         f"Measured with `{command}` on {datetime.date.today().isoformat()}: "
         f"{_cpu()} ({os.cpu_count()} logical CPUs), torch {torch.__version__} with "

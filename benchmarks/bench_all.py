@@ -12,6 +12,8 @@ otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line sear
 ``polyak_sgd`` given the loss value 1). Implementations, each timed on one step (update + apply):
 
 * ``ours pure``: ``update`` then ``apply_updates`` (new tensors every step);
+* ``ours compiled``: the same two under ``torch.compile(fullgraph=True)``, as JAX code runs
+  Optax's under ``jax.jit`` (new tensors every step); its compile seconds are reported;
 * ``ours in-place``: ``optax_compat.inplace_step(tx)`` where the alias has one (Adam, AdamW),
   else ``update(..., inplace=True)`` then an in-place add where the alias declares ``inplace``;
 * ``ours fused``: ``optax_compat.fused_step(tx, params)``, the gradients already in its flat
@@ -82,7 +84,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import _checkout  # noqa: F401  (before optax_compat: see its docstring)
@@ -121,9 +123,10 @@ ALIASES = tuple(sorted(
     for name in ",".join(blocks).split(",")
     if callable(getattr(optax_compat, name.strip(), None))))
 OPTIMIZERS = ALIASES + CONTRIB
-IMPLEMENTATIONS = ("ours pure", "ours in-place", "ours fused", "torch foreach", "torch fused",
-                   "torchopt", "optax jit")
-OURS = IMPLEMENTATIONS[:3]
+IMPLEMENTATIONS = ("ours pure", "ours compiled", "ours in-place", "ours fused", "torch foreach",
+                   "torch fused", "torchopt", "optax jit")
+OURS = IMPLEMENTATIONS[:4]
+COMPILED = ("ours compiled", "ours fused", "optax jit")  # their compile seconds are reported
 
 # Constructor arguments after the learning rate, the same for optax_compat, Optax and TorchOpt.
 ARGUMENTS: dict[str, dict[str, Any]] = {"sgd": {"momentum": MOMENTUM},
@@ -166,6 +169,11 @@ def make(module: Any, name: str) -> Any:
 
 def ours_pure(name: str, shapes: Shapes) -> Step:
     return pure_step(make(optax_compat, name), shapes, UPDATE_ARGUMENTS.get(name))
+
+
+def ours_compiled(name: str, shapes: Shapes) -> Step:
+    return pure_step(make(optax_compat, name), shapes, UPDATE_ARGUMENTS.get(name),
+                     compiled=True)
 
 
 def ours_inplace(name: str, shapes: Shapes) -> Step | None:
@@ -240,6 +248,7 @@ def optax_jit(name: str, shapes: Shapes) -> Step | None:
 
 SETUPS: dict[str, Callable[[str, Shapes], Step | None]] = {
     "ours pure": ours_pure,
+    "ours compiled": ours_compiled,
     "ours in-place": ours_inplace,
     "ours fused": ours_fused,
     "torch foreach": torch_optim("foreach"),
@@ -344,7 +353,7 @@ def worker(args: argparse.Namespace) -> None:
     emit(bandwidth=bandwidth, parameters=sum(rows * cols for rows, cols in shapes))
     for name in args.optimizers.split(","):
         steps: dict[str, Step] = {}
-        for label in IMPLEMENTATIONS:
+        for label in args.implementations.split(","):
             if f"{name}/{label}" in skip:
                 continue
             emit(begin=[name, label])
@@ -369,8 +378,10 @@ def worker(args: argparse.Namespace) -> None:
 class Results:
     """Everything measured, keyed by model and optimizer."""
 
-    def __init__(self, budget: float, repeats: int) -> None:
+    def __init__(self, budget: float, repeats: int,
+                 implementations: Sequence[str] = IMPLEMENTATIONS) -> None:
         self.budget, self.repeats = budget, repeats
+        self.implementations = tuple(implementations)  # the columns, in IMPLEMENTATIONS' order
         self.parameters: dict[str, int] = {}
         self.bandwidth: dict[str, float] = {}
         self.rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -398,7 +409,7 @@ class Results:
         return min((times[label][0] for label in OURS if label in times), default=None)
 
     def time_columns(self) -> list[str]:
-        return ["model", "optimizer", "limit ms", *IMPLEMENTATIONS, "ours ÷ limit",
+        return ["model", "optimizer", "limit ms", *self.implementations, "ours ÷ limit",
                 "ours ÷ optax"]
 
     def time_row(self, size: str, name: str) -> list[str]:
@@ -406,13 +417,13 @@ class Results:
         fastest, limit = self.fastest_ours(size, name), row["limit"]
         optax = row["times"].get("optax jit", [None])[0]
         return [size, name, NONE if limit is None else f"{limit * 1e3:.3g}",
-                *(self.time_text(size, name, label) for label in IMPLEMENTATIONS),
+                *(self.time_text(size, name, label) for label in self.implementations),
                 NONE if fastest is None or limit is None else f"{fastest / limit:.2f}",
                 NONE if fastest is None or optax is None else f"{fastest / optax:.2f}"]
 
     def memory_columns(self) -> list[str]:
-        return ["model", "optimizer", *(f"{label} MB" for label in IMPLEMENTATIONS),
-                "ours fused compile s", "optax jit compile s"]
+        return ["model", "optimizer", *(f"{label} MB" for label in self.implementations),
+                *(f"{label} compile s" for label in COMPILED if label in self.implementations)]
 
     def memory_row(self, size: str, name: str) -> list[str]:
         cells = self.rows[size, name]["cells"]
@@ -425,8 +436,8 @@ class Results:
             value = cells.get(label, {}).get("compile_seconds")
             return NONE if value is None else f"{value:.3g}"
 
-        return [size, name, *(peak(label) for label in IMPLEMENTATIONS),
-                compile_seconds("ours fused"), compile_seconds("optax jit")]
+        return [size, name, *(peak(label) for label in self.implementations),
+                *(compile_seconds(label) for label in COMPILED if label in self.implementations)]
 
     def errors(self) -> list[str]:
         return [f"{size} {name} {label}: {cell['error']}"
@@ -441,7 +452,7 @@ def worker_command(args: argparse.Namespace, size: str, optimizers: list[str],
                "--optimizers", ",".join(optimizers), "--skip", ",".join(sorted(skip)),
                "--scale", str(args.scale), "--repeats", str(args.repeats),
                "--warmup", str(args.warmup), "--budget", str(args.budget),
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--implementations", args.implementations]
     return command + (["--keep-freed-memory"] if args.keep_freed_memory else [])
 
 
@@ -561,8 +572,9 @@ def plot(results: Results, path: str) -> None:
                                if results.rows[size, name]["times"]))
     if not names:
         return
-    labels = [*IMPLEMENTATIONS, "streaming limit"]
-    colors = {label: f"C{index}" for index, label in enumerate(labels)}
+    labels = [*results.implementations, "streaming limit"]
+    colors = {label: f"C{index}"  # the same colour for an implementation in every plot
+              for index, label in enumerate([*IMPLEMENTATIONS, "streaming limit"])}
     drawn: set[str] = set()
     columns = min(6, len(names))
     rows = math.ceil(len(names) / columns)
@@ -574,7 +586,7 @@ def plot(results: Results, path: str) -> None:
                        key=lambda size: (results.parameters[size], size))
         series = {label: [(results.parameters[size], results.rows[size, name]["times"][label][0])
                           for size in sizes if label in results.rows[size, name]["times"]]
-                  for label in IMPLEMENTATIONS}
+                  for label in results.implementations}
         series["streaming limit"] = [(results.parameters[size], results.rows[size, name]["limit"])
                                      for size in sizes
                                      if results.rows[size, name]["limit"] is not None]
@@ -611,23 +623,33 @@ def plot(results: Results, path: str) -> None:
 
 def read_markdown(paths: list[str]) -> Results:
     """The step times of saved ``--markdown`` tables, for :func:`plot` (a later table's row
-    replaces an earlier one's for the same model and optimizer)."""
-    results = Results(budget=0.0, repeats=0)
+    replaces an earlier one's for the same model and optimizer). Each table's header says
+    which implementations its columns hold."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    done: list[tuple[str, str]] = []
     for path in paths:
+        columns: list[str] = []
         for line in pathlib.Path(path).read_text().splitlines():
             cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if len(cells) != len(results.time_columns()) or cells[0] not in SIZES:
+            if cells[:2] == ["model", "optimizer"]:  # the times' header, or the memory's
+                columns = cells if cells[2] == "limit ms" else []
                 continue
-            size, name, limit, *times = cells[:3 + len(IMPLEMENTATIONS)]
-            total, count = SIZES[size]
-            results.parameters[size] = sum(r * c for r, c in shapes_for(total, count))
-            row = results.rows[size, name] = {"cells": {}, "times": {}, "limit": None}
-            row["limit"] = _milliseconds(limit)
-            for label, text in zip(IMPLEMENTATIONS, times, strict=True):
-                if _milliseconds(text) is not None:
-                    row["times"][label] = (_milliseconds(text), 1)
-            if (size, name) not in results.done:
-                results.done.append((size, name))
+            if len(cells) != len(columns) or cells[0] not in SIZES:
+                continue
+            texts = dict(zip(columns, cells, strict=True))
+            row = rows[cells[0], cells[1]] = {"cells": {}, "times": {}, "limit": None}
+            row["limit"] = _milliseconds(texts["limit ms"])
+            for label in IMPLEMENTATIONS:
+                if _milliseconds(texts.get(label, NONE)) is not None:
+                    row["times"][label] = (_milliseconds(texts[label]), 1)
+            if (cells[0], cells[1]) not in done:
+                done.append((cells[0], cells[1]))
+    found = {label for row in rows.values() for label in row["times"]}
+    results = Results(budget=0.0, repeats=0,
+                      implementations=[label for label in IMPLEMENTATIONS if label in found])
+    results.rows, results.done = rows, done
+    for size in {size for size, _ in done}:
+        results.parameters[size] = sum(r * c for r, c in shapes_for(*SIZES[size]))
     return results
 
 
@@ -651,6 +673,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="models measured at the same time, one worker each (faster, "
                              "noisier)")
+    parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS),
+                        help="the columns to measure, comma-separated (default: all)")
     parser.add_argument("--replot", nargs="+", metavar="MARKDOWN", default=None,
                         help="measure nothing: draw --plot from these saved --markdown tables "
                              "(all their sizes in one plot)")
@@ -670,9 +694,14 @@ def main() -> None:
     unknown = set(args.optimizers.split(",")) - set(OPTIMIZERS)
     if unknown or not set(args.sizes.split(",")) <= set(SIZES):
         parser.error(f"unknown optimizers {sorted(unknown)} or sizes {args.sizes}")
+    chosen = args.implementations.split(",")
+    if not set(chosen) <= set(IMPLEMENTATIONS):
+        parser.error(f"unknown implementations {sorted(set(chosen) - set(IMPLEMENTATIONS))}; "
+                     f"known: {', '.join(IMPLEMENTATIONS)}")
+    args.implementations = ",".join(label for label in IMPLEMENTATIONS if label in chosen)
 
-    results = Results(args.budget, args.repeats)
-    widths = [6, 20, 9, *([14] * len(IMPLEMENTATIONS)), 14, 14]
+    results = Results(args.budget, args.repeats, args.implementations.split(","))
+    widths = [6, 20, 9, *([14] * len(results.implementations)), 14, 14]
 
     def line(cells: list[str]) -> str:
         return "".join(f"{cell:>{width}}" if index > 1 else f"{cell:<{width}}"

@@ -79,19 +79,33 @@ def optax_compat_alias(name: str) -> Any:
 
 
 def pure_step(tx: Any, shapes: list[tuple[int, int]],
-              extra_args: dict[str, float] | None = None) -> Step:
+              extra_args: dict[str, float] | None = None, *, compiled: bool = False) -> Step:
     """``tx.update`` then ``optax_compat.apply_updates`` (new tensors every step).
 
     ``extra_args`` are passed to ``update`` as scalar tensors (e.g. ``value`` for Polyak SGD).
+    With ``compiled``, the two run under ``torch.compile(fullgraph=True)``, as JAX code runs
+    Optax's under ``jax.jit``; the step then has ``compile_seconds``, the seconds of its first
+    call (which compiles).
     """
     params, grads = random_tensors(shapes, 0), random_tensors(shapes, 1)
     kwargs = {key: torch.tensor(value) for key, value in (extra_args or {}).items()}
     current = {"params": params, "state": tx.init(params)}
 
+    def update(params: Any, state: Any) -> tuple[Any, Any]:
+        updates, state = tx.update(grads, state, params, **kwargs)
+        return optax_compat.apply_updates(params, updates), state
+
+    if compiled:
+        # Every step built here shares ``update``'s code, and Dynamo recompiles one piece of
+        # code at most 8 times: each step compiles afresh, as a program of its own would.
+        torch._dynamo.reset()
+    run = torch.compile(update, fullgraph=True) if compiled else update
+
     def step() -> None:
-        updates, current["state"] = tx.update(grads, current["state"], current["params"],
-                                              **kwargs)
-        current["params"] = optax_compat.apply_updates(current["params"], updates)
+        start = time.perf_counter()
+        current["params"], current["state"] = run(current["params"], current["state"])
+        if compiled and not hasattr(step, "compile_seconds"):
+            step.compile_seconds = time.perf_counter() - start  # type: ignore[attr-defined]
 
     return step
 

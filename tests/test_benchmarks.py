@@ -58,3 +58,42 @@ def test_the_streaming_yardstick_writes_in_place(bench_step) -> None:
     second = step()
     assert second is first  # written in place, no destination fetched for nothing
     assert not second.equal(before)
+
+
+@pytest.fixture
+def bench_all(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_all
+
+    return bench_all
+
+
+def _table(path: pathlib.Path, columns: list[str], rows: list[list[str]]) -> str:
+    lines = [columns, ["---"] * len(columns), *rows]
+    path.write_text("Measured with `python benchmarks/bench_all.py`.\n\n"
+                    + "\n".join("| " + " | ".join(cells) + " |" for cells in lines) + "\n")
+    return str(path)
+
+
+def test_saved_tables_are_read_by_their_headers(bench_all, tmp_path: pathlib.Path) -> None:
+    """``--replot`` reads each table by its header: a table of some columns (``--implementations``)
+    or of an older set of them gives each time to its own implementation."""
+    ratios = ["ours ÷ limit", "ours ÷ optax"]
+    older = _table(tmp_path / "older.md",
+                   ["model", "optimizer", "limit ms", "ours pure", "ours fused", "optax jit",
+                    *ratios], [["a", "adam", "5.5", "17.5", "5.27", "13.1", "0.95", "0.40"]])
+    newer = _table(tmp_path / "newer.md",
+                   ["model", "optimizer", "limit ms", "ours pure", "ours compiled", "optax jit",
+                    *ratios],
+                   [["c", "sgd", "31.7", "77.5", "43.6~", ">45s", "1.38", bench_all.NONE],
+                    ["a", "adam", "5.4", "17", "9.8", "13", "1.8", "0.75"]])
+    results = bench_all.read_markdown([older, newer])
+    assert results.implementations == ("ours pure", "ours compiled", "optax jit")
+    assert results.done == [("a", "adam"), ("c", "sgd")]
+    assert results.rows["c", "sgd"]["times"] == {"ours pure": (pytest.approx(0.0775), 1),
+                                                 "ours compiled": (pytest.approx(0.0436), 1)}
+    # A later table's row replaces an earlier one's: the older fused time is gone.
+    assert results.rows["a", "adam"]["times"] == {"ours pure": (pytest.approx(0.017), 1),
+                                                  "ours compiled": (pytest.approx(0.0098), 1),
+                                                  "optax jit": (pytest.approx(0.013), 1)}
+    assert results.rows["a", "adam"]["limit"] == pytest.approx(0.0054)
