@@ -135,10 +135,11 @@ def _ordered_rows(buffers: tm.Leaves, order: torch.Tensor) -> torch.Tensor:
 
     Each leaf's rows are selected straight into their columns: one new matrix, where a
     concatenation then a selection would make two (a fresh 160 MB tensor costs more in page
-    faults than its copy). Autograd and ``vmap`` take no ``out=``: there, the two copies.
+    faults than its copy). Autograd and ``vmap`` take no ``out=``, and ``torch.compile`` breaks
+    its graph at an ``out=`` view: there, the two copies (which Inductor fuses into one).
     """
     matrices = [buffer.reshape(buffer.shape[0], -1) for buffer in buffers]
-    if tm.is_recording(matrices) or tm.is_batched(matrices):
+    if tm.is_recording(matrices) or tm.is_batched(matrices) or torch.compiler.is_compiling():
         return torch.cat(matrices, dim=1).index_select(0, order)
     rows = matrices[0].new_empty(len(order), sum(matrix.shape[1] for matrix in matrices))
     for matrix, columns in zip(matrices, rows.split([m.shape[1] for m in matrices], dim=1),

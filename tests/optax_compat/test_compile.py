@@ -30,10 +30,15 @@ COMPILED = {
     # A mask or label tree that is a constant of the step, not a function of the params.
     "masked_tree": lambda: ox.masked(
         ox.adam(0.1), {"bias": False, "layer": True, "pair": (True, False), "empty": None}),
+    # A mask function whose tree holds a dict of Python constants, built while tracing (optree
+    # 0.20's metadata for such a dict broke Dynamo, hence optree<0.20).
+    "masked_subdict": lambda: ox.adamw(0.1, mask=lambda params: {
+        "bias": True, "layer": {"w": False, "b": False}, "pair": (True, True), "empty": None}),
     "partition": lambda: ox.partition(
         {"decay": ox.adamw(0.1), "plain": ox.sgd(0.1)},
         {"bias": "plain", "layer": "decay", "pair": ("decay", "plain"), "empty": None}),
     "muon": lambda: ox.contrib.muon(0.1),
+    "lbfgs_without_linesearch": lambda: ox.lbfgs(0.1, linesearch=None),
     "inject_hyperparams": lambda: ox.inject_hyperparams(ox.adam)(
         learning_rate=ox.cosine_decay_schedule(0.1, 10)),
     "MultiSteps": lambda: ox.MultiSteps(ox.adam(0.1), 2),

@@ -123,8 +123,9 @@ def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
 def leaves(tree: Any) -> Leaves:
     """The leaves of ``tree`` in flattening order."""
     if torch.compiler.is_compiling():
-        # Dynamo cannot hold the structure of a tree built while tracing whose leaves are all
-        # Python constants (optree's dict metadata), so a traced step does not build one.
+        # Only the leaves: Dynamo builds a structure as one Python object per leaf, and one of a
+        # tree of Python constants built while tracing can hold optree's dict metadata, which
+        # Dynamo cannot hold (optree 0.20).
         check_is_tree(tree)
         return optree.tree_leaves(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
     return flatten(tree)[0]
