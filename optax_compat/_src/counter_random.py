@@ -44,6 +44,13 @@ def _step_word(key: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return _hash32(word ^ _hash32(count.to(torch.int64)))
 
 
+def next_key(key: torch.Tensor) -> torch.Tensor:
+    """The key after ``key`` in a chain of keys: a 0-d int64 tensor on ``key``'s device, below
+    ``2 ** 63``, a hash of ``key`` (for states that hold a key and no step count)."""
+    word = _step_word(key, torch.zeros((), dtype=torch.int64, device=key.device))
+    return (_hash32(word ^ 0x9E3779B9) << 31) ^ _hash32(word ^ 0x7F4A7C15)
+
+
 def normal_like(key: torch.Tensor, count: torch.Tensor, index: int,
                 like: torch.Tensor) -> torch.Tensor:
     """Standard normal noise shaped like ``like``: a pure function of its arguments.

@@ -11,11 +11,10 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from optax_compat._src import base, transform, utils
+from optax_compat._src import base, counter_random, transform, utils
 from optax_compat._src import building_blocks as bb
 from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _accumulation, _clipping, _combining
-from optax_compat.tree_utils import _random
 
 Scalar = transform.Scalar
 
@@ -90,12 +89,15 @@ def differentially_private_aggregate(
         # Checks first that every leaf has the batch of examples on axis 0.
         clipped, _ = _clipping.per_example_global_norm_clip(grads, l2_norm_clip)
         batch_size = grads[0].shape[0]
-        next_key, sample_key = utils.split_key(state.rng_key)
-        noise = tm.leaves(_random.tree_random_like(sample_key, clipped))
+        # Counter-based noise of the state's key, which then moves on: no host read, so the
+        # step compiles whole (the noise matches Optax's in distribution, not draw by draw).
+        first_draw = torch.zeros((), dtype=torch.int64, device=state.rng_key.device)
+        noise = [leaf for _, run in counter_random.normal_chunks(state.rng_key, first_draw, clipped)
+                 for leaf in run]
         noised = tm.div(tm.add(clipped, tm.mul(noise, tm.scalar_like(noise_std, noise))),
                         batch_size)
-        next_key = next_key.to(state.rng_key.device)
-        return tm.unflatten(spec, noised), DifferentiallyPrivateAggregateState(next_key)
+        return (tm.unflatten(spec, noised),
+                DifferentiallyPrivateAggregateState(counter_random.next_key(state.rng_key)))
 
     return base.GradientTransformation(init_fn, update_fn)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from optax_compat.contrib import _privacy
-from optax_compat.testing import compare_with_optax, jit_optax, make_tree
+from optax_compat.testing import check_compilable, compare_with_optax, jit_optax, make_tree
 
 BATCH = 4
 
@@ -88,3 +88,14 @@ def test_key_arguments():
         _privacy.differentially_private_aggregate(1.0, 1.0)
     state = _privacy.differentially_private_aggregate(1.0, 1.0, key=5).init(make_tree())
     assert state.rng_key.dtype == torch.int64
+
+
+def test_dpsgd_compiles_whole_and_the_key_moves_on():
+    params = {"w": torch.randn(3, 4), "b": torch.randn(4)}
+    per_example = {name: torch.randn(5, *x.shape) for name, x in params.items()}
+    tx = _privacy.dpsgd(0.1, l2_norm_clip=1.0, noise_multiplier=1.0, seed=0)
+    check_compilable(tx, params, per_example, backend="eager")
+    state = tx.init(params)
+    _, next_state = tx.update(per_example, state, params)
+    keys = {int(state[0].rng_key), int(next_state[0].rng_key)}
+    assert len(keys) == 2 and all(0 <= key < 2 ** 63 for key in keys)
