@@ -70,10 +70,23 @@ class _Entry:
 
 @dataclasses.dataclass
 class _Layout:
-    """How the state of one parameter group is spread over ``state`` and the group dict."""
+    """How the state of one parameter group is spread over ``state`` and the group dict.
+
+    ``skeleton`` is the structure ``treespec`` as a tree of leaf positions: under
+    ``torch.compile``, Dynamo rebuilds the structure from it, since it cannot call into optree's
+    C++ ``PyTreeSpec``.
+    """
 
     treespec: optree.PyTreeSpec
     entries: list[_Entry]
+    skeleton: Any
+
+    def structure(self) -> Any:
+        """The structure of the group state: ``treespec``, or Dynamo's own while tracing."""
+        if torch.compiler.is_compiling():
+            return optree.tree_structure(self.skeleton, none_is_leaf=tree_math.NONE_IS_LEAF,
+                                         namespace=tree_math.NAMESPACE)
+        return self.treespec
 
 
 def _path_name(accessor: optree.PyTreeAccessor) -> str:
@@ -150,7 +163,7 @@ def _layout(state: base.OptState, size: int) -> _Layout:
             entries.append(_Entry(_SHARED, key))
         else:
             entries.append(_Entry(_STATIC, key, value=node))
-    return _Layout(treespec, entries)
+    return _Layout(treespec, entries, treespec.unflatten(range(treespec.num_leaves)))
 
 
 def _python_number(value: Any) -> Any:
@@ -187,6 +200,10 @@ class TorchOptimizer(torch.optim.Optimizer):
     ``state_dict()`` is torch's layout with tensors only, so it loads with ``torch.load(...,
     weights_only=True)``; :meth:`load_state_dict` checks it against the running state first and
     raises without changing anything if it does not fit.
+
+    ``torch.compile(optimizer.step)`` and a compiled training step work as with
+    ``torch.optim``: a step compiles with no graph break, and, as there, a tensor ``'lr'`` in
+    the groups lets a scheduler change it without recompiling.
     """
 
     def __init__(self, params: Iterable[Any], tx: base.GradientTransformation, *,
@@ -334,12 +351,15 @@ class TorchOptimizer(torch.optim.Optimizer):
         """
         params = group["params"]
         nodes, treespec = _flatten(state, len(params))
-        if treespec != layout.treespec:
+        # Checked in eager steps: Dynamo cannot compare structures (a graph break at best).
+        if not torch.compiler.is_compiling() and treespec != layout.treespec:
             raise RuntimeError(f"The transformation changed the structure of its state, from "
                                f"{layout.treespec} to {treespec}.")
         if states is None:
             states = list(map(self.state.__getitem__, params))
-        unchanged = (map(operator.is_, nodes, gathered) if gathered is not None
+        # (Dynamo cannot compare tuples by identity: a traced step stores every node.)
+        unchanged = (map(operator.is_, nodes, gathered)
+                     if gathered is not None and not torch.compiler.is_compiling()
                      else itertools.repeat(False))
         for entry, node, same in zip(layout.entries, nodes, unchanged):
             if same:
@@ -424,7 +444,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                           else None)
                 states = list(map(self.state.__getitem__, params))
                 gathered = self._gather(group, layout, states, copies)
-                state = self._apply(group, params, grads, layout.treespec.unflatten(gathered),
+                state = self._apply(group, params, grads, layout.structure().unflatten(gathered),
                                     stepped, extra_args)
                 self._scatter(group, layout, state, stepped, states, gathered)
         return loss

@@ -258,6 +258,54 @@ def test_inplace_gives_the_pure_numbers():
 
 
 # ----------------------------------------------------------------------------------------------
+# torch.compile: the step alone (PyTorch's recipe for compiling an optimizer), with no graph
+# break, and the whole training step in default mode.
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["pure", "inplace"])
+@pytest.mark.parametrize("compiled", ["step_fullgraph", "training_step_default"])
+def test_compiled_step_matches_torch(make, compiled, inplace):
+    model, optimizer, reference, torch_optimizer = pair(make)
+    optimizer.inplace = inplace
+    torch._dynamo.reset()
+    if compiled == "step_fullgraph":
+        optimizer.step = torch.compile(optimizer.step, fullgraph=True, backend="eager")
+        step = train_step
+    else:
+        step = torch.compile(train_step, backend="eager")
+    for i in range(3):
+        step(model, optimizer, i)
+        train_step(reference, torch_optimizer, i)
+    assert_same_params(model, reference)
+    assert sorted(optimizer.state[model[0].weight]) == sorted(
+        optimizer.state[model[-1].bias])
+
+
+def test_compiled_step_with_a_tensor_lr_under_a_scheduler_compiles_once(make):
+    """As with torch.optim, a tensor ``lr`` in the group lets a scheduler change it without a
+    recompilation (a float is a constant of the compiled step)."""
+    model = mlp()
+    reference = copy.deepcopy(model)
+    groups = [{"params": list(model.parameters()), "lr": torch.tensor(HYPER["lr"])}]
+    optimizer = make(groups, **HYPER)
+    torch_optimizer = torch.optim.AdamW(
+        [{"params": list(reference.parameters()), "lr": torch.tensor(HYPER["lr"])}], **HYPER)
+    schedulers = [lr_scheduler.StepLR(o, step_size=1, gamma=0.8)
+                  for o in (optimizer, torch_optimizer)]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    # Default mode: the scheduler wraps ``step`` in a function Dynamo does not trace.
+    optimizer.step = torch.compile(optimizer.step, backend="eager")
+    for i in range(5):
+        train_step(model, optimizer, i)
+        train_step(reference, torch_optimizer, i)
+        for scheduler in schedulers:
+            scheduler.step()
+    assert_same_params(model, reference)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+# ----------------------------------------------------------------------------------------------
 # Learning-rate schedulers: every one torch has.
 
 STEPS = 12
