@@ -72,9 +72,12 @@ class _Entry:
 class _Layout:
     """How the state of one parameter group is spread over ``state`` and the group dict.
 
-    ``skeleton`` is the structure ``treespec`` as a tree of leaf positions: under
-    ``torch.compile``, Dynamo rebuilds the structure from it, since it cannot call into optree's
-    C++ ``PyTreeSpec``.
+    ``skeleton`` is the structure ``treespec`` with the static values at their leaves and an
+    empty tensor at every other: under ``torch.compile``, Dynamo rebuilds the structure from
+    it, since it cannot call into optree's C++ ``PyTreeSpec``. Dynamo folds the flattening of a
+    dict of Python constants into metadata that only the folded unflattening reads, so a
+    skeleton leaf is a constant exactly where the traced step's is (hyper-parameters are
+    tensors there).
     """
 
     treespec: optree.PyTreeSpec
@@ -163,7 +166,10 @@ def _layout(state: base.OptState, size: int) -> _Layout:
             entries.append(_Entry(_SHARED, key))
         else:
             entries.append(_Entry(_STATIC, key, value=node))
-    return _Layout(treespec, entries, treespec.unflatten(range(treespec.num_leaves)))
+    placeholder = torch.empty(0)
+    skeleton = treespec.unflatten([entry.value if entry.kind is _STATIC else placeholder
+                                   for entry in entries])
+    return _Layout(treespec, entries, skeleton)
 
 
 def _python_number(value: Any) -> Any:
@@ -332,7 +338,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                     nodes.append(states[0][entry.key])
                 elif entry.kind is _HYPERPARAMETER:
                     value = group[entry.key]
-                    nodes.append(value if entry.component is None else value[entry.component])
+                    value = value if entry.component is None else value[entry.component]
+                    compiling = torch.compiler.is_compiling()
+                    nodes.append(torch.as_tensor(value) if compiling else value)
                 else:
                     nodes.append(entry.value)
         except KeyError as error:

@@ -281,6 +281,30 @@ def test_compiled_step_matches_torch(make, compiled, inplace):
         optimizer.state[model[-1].bias])
 
 
+COMPOSITE_STATES = {
+    # A dict of label -> state (partition), masked per-parameter tuples, injected
+    # hyper-parameters: the nodes Dynamo rebuilds from the layout's skeleton.
+    "muon": lambda: optax.contrib.muon(1e-2),
+    "masked_adamw": lambda: optax.adamw(1e-2, mask=lambda params: tuple(
+        p.ndim > 1 for p in params)),
+    "inject_adamw": lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSITE_STATES))
+def test_compiled_step_of_composite_states_matches_eager(name):
+    model = mlp()
+    reference = copy.deepcopy(model)
+    optimizer = optax.TorchOptimizer(model.parameters(), COMPOSITE_STATES[name]())
+    eager = optax.TorchOptimizer(reference.parameters(), COMPOSITE_STATES[name]())
+    torch._dynamo.reset()
+    optimizer.step = torch.compile(optimizer.step, fullgraph=True, backend="eager")
+    for i in range(3):
+        train_step(model, optimizer, i)
+        train_step(reference, eager, i)
+    assert_same_params(model, reference)
+
+
 def test_compiled_step_with_a_tensor_lr_under_a_scheduler_compiles_once(make):
     """As with torch.optim, a tensor ``lr`` in the group lets a scheduler change it without a
     recompilation (a float is a constant of the compiled step)."""
