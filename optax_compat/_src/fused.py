@@ -96,6 +96,7 @@ class FusedStep:
         with torch.no_grad():
             for leaf, view in zip(leaves, param_views, strict=True):
                 leaf.data = view
+        self._leaves, self._leaf_grad_views = leaves, grad_views
         self._grad_views = [[grad_views[i] for i in group] for group in self._groups]
         self.grads = tm.unflatten(self._spec, grad_views)
         if grads_as_views:
@@ -162,9 +163,15 @@ class FusedStep:
                 tm.copy_(views, sources)
 
     def zero_grad(self) -> None:
-        """Sets the flat gradient buffers (and so every tensor of :attr:`grads`) to zero."""
+        """Zeroes the gradients, as ``torch.optim``'s ``zero_grad`` does: sets the flat
+        gradient buffers (and so every tensor of :attr:`grads`) to zero, and to ``None`` the
+        ``.grad`` of each parameter that is not its view of them (autograd's own tensor, which
+        the next backward pass would otherwise add to)."""
         for buffer in self._grad_buffers:
             buffer.zero_()
+        for leaf, view in zip(self._leaves, self._leaf_grad_views, strict=True):
+            if leaf.grad is not None and leaf.grad is not view:
+                leaf.grad = None
 
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:

@@ -167,6 +167,37 @@ def test_grads_as_views_accumulate_in_the_flat_buffer_and_match_the_copy_path():
         torch.testing.assert_close(p, copied[name], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "inside_torch_compile"])
+def test_the_documented_loop_matches_the_functional_update(compiled):
+    """``step.zero_grad()`` alone, with the gradients copied (the default): autograd's own
+    ``.grad`` tensors must not accumulate from one step to the next. Also inside a training
+    step that the user compiles."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    reference = {name: p.detach().clone() for name, p in model.named_parameters()}
+    params = dict(model.named_parameters())
+    step = optax_compat.fused_step(optax_compat.adamw(0.1), params, backend="aot_eager")
+    tx = optax_compat.adamw(0.1)
+    state = tx.init(reference)
+    x = torch.randn(4, 3)
+
+    def train() -> None:
+        step.zero_grad()
+        model(x).square().sum().backward()
+        step({name: p.grad for name, p in params.items()})
+
+    torch._dynamo.reset()
+    train_step = torch.compile(train, backend="eager") if compiled else train
+    for _ in range(3):
+        train_step()
+        grads = torch.func.grad(lambda p: torch.func.functional_call(model, p, (x,)).square()
+                                .sum())(reference)
+        updates, state = tx.update(grads, state, reference)
+        reference = optax_compat.apply_updates(reference, updates)
+    for name, p in params.items():
+        torch.testing.assert_close(p.detach(), reference[name], rtol=1e-5, atol=1e-6)
+
+
 def test_state_and_params_stay_in_their_buffers():
     params = testing.make_tree()
     step = optax_compat.fused_step(optax_compat.adamw(1e-2), params, backend="aot_eager")
