@@ -486,6 +486,33 @@ def test_every_alias_state_dict_loads_with_weights_only(name):
     assert_same_params(model, resumed_model, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("name", ALIASES)
+def test_every_alias_step_compiles_and_matches_eager(name):
+    """``torch.compile(optimizer.step)`` of every alias: no graph break (``fullgraph=True``;
+    Polyak's step needs the loss, from a closure that runs backward: default mode)."""
+    kwargs = {"max_learning_rate": 0.1} if name == "polyak_sgd" else {"learning_rate": 0.01}
+    models = [mlp(), mlp()]
+    optimizers = [optax.TorchOptimizer(m.parameters(), getattr(optax, name)(**kwargs))
+                  for m in models]
+    torch._dynamo.reset()
+    compiled = torch.compile(optimizers[0].step, fullgraph=name != "polyak_sgd",
+                             backend="eager")
+    x, y = batch(0)
+    for _ in range(2):
+        for model, optimizer, step in zip(models, optimizers, (compiled, optimizers[1].step)):
+            def closure(model=model, optimizer=optimizer):
+                optimizer.zero_grad()
+                loss = mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            if name == "polyak_sgd":
+                step(closure)
+            else:
+                closure()
+                step()
+    assert_same_params(*models)
+
+
 @pytest.mark.parametrize("source", ["another model", "another optimizer", "torch.optim.AdamW"])
 def test_load_state_dict_that_does_not_fit_raises_and_changes_nothing(make, source):
     model, optimizer, _, _ = pair(make)
