@@ -123,9 +123,8 @@ def unflatten(treespec: optree.PyTreeSpec, leaves: Sequence[Any]) -> Any:
 def leaves(tree: Any) -> Leaves:
     """The leaves of ``tree`` in flattening order."""
     if torch.compiler.is_compiling():
-        # Only the leaves: Dynamo builds a structure as one Python object per leaf, and one of a
-        # tree of Python constants built while tracing can hold optree's dict metadata, which
-        # Dynamo cannot hold (optree 0.20).
+        # Only the leaves: Dynamo builds a structure as one Python object per leaf (and, with
+        # optree 0.20, cannot build one of a dict of Python constants at all).
         check_is_tree(tree)
         return optree.tree_leaves(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
     return flatten(tree)[0]
