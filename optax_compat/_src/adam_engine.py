@@ -326,13 +326,15 @@ def _moments_and_denominators(
     first = bb.bias_correction(b1, count_inc, gs)
     second = bb.bias_correction(b2, count_inc, gs)
     root_second = torch.sqrt(second)
-    # In place, the updates' own buffers (no longer needed) receive the result.
-    denominators = tm.copy_(gs, new_nus) if inplace else None
+    # In place, the updates' own buffers (no longer needed) receive the result; compiled,
+    # Inductor keeps it in registers, and writing it to the updates would cost a pass.
+    in_updates = inplace and not torch.compiler.is_compiling()
+    denominators = tm.copy_(gs, new_nus) if in_updates else None
     if bb.is_zero(eps_root):
-        denominators = tm.sqrt_(denominators) if inplace else tm.sqrt(new_nus)
+        denominators = tm.sqrt_(denominators) if in_updates else tm.sqrt(new_nus)
     else:
         shift = tm.scalar_like(eps_root * second, gs)
-        denominators = tm.sqrt_(tm.add_(denominators, shift) if inplace
+        denominators = tm.sqrt_(tm.add_(denominators, shift) if in_updates
                                 else tm.add(new_nus, shift))
     tm.add_(denominators, tm.scalar_like(eps * root_second, gs))
     return denominators, new_mus, new_nus, first, root_second
