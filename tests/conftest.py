@@ -10,8 +10,11 @@ examples for tests that do not pin ``max_examples``. Select it with
 import atexit
 import shutil
 import tempfile
+import zlib
 
 import jax
+import pytest
+import torch
 from hypothesis import settings
 
 # JAX compiles each ``lax.cond`` of Optax's combinators (``apply_if_finite``, ``MultiSteps``,
@@ -27,3 +30,11 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None,
                           print_blob=True)
 settings.register_profile("long", derandomize=False, deadline=None, max_examples=1000)
 settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _torch_seeded_by_test_id(request: pytest.FixtureRequest) -> None:
+    """Seeds torch's global generator from the test's id, so that a test draws the same data
+    whichever tests ran before it in its worker (``pytest -n`` deals them out differently as
+    the suite grows)."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))

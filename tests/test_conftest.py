@@ -1,5 +1,9 @@
-"""The hypothesis profiles of tests/conftest.py: deterministic in CI, exploratory on demand."""
+"""tests/conftest.py: hypothesis profiles (deterministic in CI, exploratory on demand) and
+torch's generator seeded per test."""
 
+import zlib
+
+import torch
 from hypothesis import settings
 
 
@@ -11,3 +15,9 @@ def test_ci_profile_is_deterministic_and_keeps_no_database():
 def test_long_profile_explores_fresh_examples():
     long = settings.get_profile("long")
     assert not long.derandomize and long.max_examples > settings.get_profile("ci").max_examples
+
+
+def test_torch_is_seeded_by_the_test_id(request):
+    drawn = torch.rand(3)
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+    assert torch.equal(drawn, torch.rand(3))
