@@ -322,6 +322,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         Per-parameter buffers of the parameters flagged in ``copies`` are cloned (an in-place
         update must leave their stored values untouched).
         """
+        # Traced, hyper-parameters are tensors, as the layout's skeleton expects.
+        compiling = torch.compiler.is_compiling()
         try:
             nodes = []
             for entry in layout.entries:
@@ -339,7 +341,6 @@ class TorchOptimizer(torch.optim.Optimizer):
                 elif entry.kind is _HYPERPARAMETER:
                     value = group[entry.key]
                     value = value if entry.component is None else value[entry.component]
-                    compiling = torch.compiler.is_compiling()
                     nodes.append(torch.as_tensor(value) if compiling else value)
                 else:
                     nodes.append(entry.value)
