@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import optax_compat as ox
+from optax_compat._src.building_blocks import none_gradients
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.testing import check_compilable, make_tree
 
 ALIASES = (
@@ -52,6 +54,88 @@ def test_update_compiles_without_graph_breaks(name: str) -> None:
     tx = COMPILED[name]()
     params = make_tree()
     check_compilable(tx, params, make_tree(seed=1), backend="eager")
+
+
+FLAT_TREES = {
+    "list": lambda xs: xs,
+    "tuple": tuple,
+    "dict": lambda xs: {f"p{9 - i}": x for i, x in enumerate(xs)},  # optree sorts the keys
+    "parameters": lambda xs: [torch.nn.Parameter(x, requires_grad=False) for x in xs],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FLAT_TREES))
+def test_a_flat_tree_flattens_while_tracing_to_dynamos_own_structure(kind: str) -> None:
+    """A list, tuple or dict of tensors flattens in one step while Dynamo traces (not one
+    structure object per leaf) to a structure equal to the one Dynamo's optree substitute
+    builds, so it mixes with structures built either way."""
+    tree = FLAT_TREES[kind]([torch.full((2,), float(i)) for i in range(10)])
+
+    def flattened(tree: Any) -> tuple[Any, ...]:
+        results = []
+        for none_is_leaf, ours in ((False, tm.flatten), (True, none_gradients._flatten)):
+            took_the_fast_path = tm.traced_flatten_one_level(tree, none_is_leaf) is not None
+            leaves, spec = ours(tree)
+            dynamos_leaves, dynamos_spec = optree.tree_flatten(
+                tree, none_is_leaf=none_is_leaf, namespace=tm.NAMESPACE)
+            results.append((took_the_fast_path, spec == dynamos_spec, leaves,
+                            dynamos_leaves, tm.unflatten(spec, [x + 1 for x in leaves])))
+        return tuple(results), tm.leaves(tree), tm.treespec(tree) == optree.tree_structure(
+            tree, none_is_leaf=False, namespace=tm.NAMESPACE)
+
+    torch._dynamo.reset()
+    results, leaves, same_treespec = torch.compile(flattened, backend="eager",
+                                                   fullgraph=True)(tree)
+    expected_leaves = optree.tree_leaves(tree, namespace=tm.NAMESPACE)
+    assert same_treespec
+    torch.testing.assert_close(leaves, expected_leaves)
+    for took_the_fast_path, same_spec, ours, dynamos, rebuilt in results:
+        assert took_the_fast_path and same_spec
+        torch.testing.assert_close(ours, expected_leaves)
+        torch.testing.assert_close(dynamos, expected_leaves)
+        assert type(rebuilt) is type(tree)
+        torch.testing.assert_close(optree.tree_leaves(rebuilt, namespace=tm.NAMESPACE),
+                                   [x + 1 for x in expected_leaves])
+
+
+def test_a_nested_tree_or_a_single_leaf_is_left_to_optree_while_tracing() -> None:
+    def fast(tree: Any) -> bool:
+        return tm.traced_flatten_one_level(tree, False) is not None
+
+    compiled = torch.compile(fast, backend="eager", fullgraph=True)
+    for tree in ([torch.ones(2)], {"a": torch.ones(2), "b": [torch.ones(2)]},
+                 [torch.ones(2), None], (torch.ones(2), 1.0)):
+        torch._dynamo.reset()
+        assert not compiled(tree)
+    assert not fast([torch.ones(2), torch.ones(2)])  # not traced: optree's own structures
+
+
+def test_same_structure_while_tracing_agrees_with_dynamos_equality() -> None:
+    """The node-by-node comparison of one-level structures while tracing gives what the
+    substitute's own (leaf by leaf) equality gives, for equal and for differing trees."""
+    x = torch.ones(2)
+    trees = [[x, x, x], [x, x], (x, x, x), {"a": x, "b": x, "c": x}, {"a": x, "b": x, "d": x},
+             {"c": x, "b": x, "a": x}, [x, [x, x]], [x, None, x]]
+
+    def comparisons() -> list[tuple[bool, bool]]:
+        specs = [optree.tree_structure(tree, none_is_leaf=False, namespace=tm.NAMESPACE)
+                 for tree in trees]
+        return [(tm.same_structure(a, b), a == b) for a in specs for b in specs]
+
+    torch._dynamo.reset()
+    results = torch.compile(comparisons, backend="eager", fullgraph=True)()
+    assert len(results) == len(trees) ** 2
+    assert all(ours == dynamos for ours, dynamos in results)
+    assert sum(ours for ours, _ in results) == len(trees)  # each equals itself only
+
+
+@pytest.mark.parametrize("kind", sorted(FLAT_TREES))
+def test_the_update_of_a_flat_tree_compiles_and_matches_eager(kind: str) -> None:
+    generator = torch.Generator().manual_seed(0)
+    params = FLAT_TREES[kind]([torch.randn(3, generator=generator) for _ in range(4)])
+    grads = FLAT_TREES[kind]([torch.randn(3, generator=generator) for _ in range(4)])
+    check_compilable(ox.chain(ox.clip_by_global_norm(1.0), ox.adamw(0.1)), params, grads,
+                     backend="eager")
 
 
 @pytest.mark.parametrize("fullgraph", [False, True], ids=["default", "fullgraph"])

@@ -65,6 +65,9 @@ _SCOPE = _Scope()
 
 
 def _flatten(tree: Any) -> tuple[list[Any], optree.PyTreeSpec]:
+    shallow = tm.traced_flatten_one_level(tree, True) if torch.compiler.is_compiling() else None
+    if shallow is not None:
+        return shallow
     return optree.tree_flatten(tree, none_is_leaf=True, namespace=tm.NAMESPACE)
 
 
@@ -328,9 +331,9 @@ def present_pairs(params: Any, updates: Any) -> tuple[list[Any], optree.PyTreeSp
     """
     param_leaves, spec = tm.flatten(params)
     update_leaves, update_spec = tm.flatten(updates)
-    if update_spec == spec:
+    if tm.same_structure(update_spec, spec):
         return param_leaves, spec, update_leaves, None
-    if _flatten(updates)[1] != _flatten(params)[1]:
+    if not tm.same_structure(_flatten(updates)[1], _flatten(params)[1]):
         raise ValueError("The structure of updates does not match the params: "
                          f"{tm.first_difference(params, updates, 'params', 'updates')}.")
     update_leaves = spec.flatten_up_to(updates)
