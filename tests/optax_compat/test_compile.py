@@ -110,6 +110,18 @@ def test_a_nested_tree_or_a_single_leaf_is_left_to_optree_while_tracing() -> Non
     assert not fast([torch.ones(2), torch.ones(2)])  # not traced: optree's own structures
 
 
+def test_the_shortcuts_are_off_when_dynamos_structure_class_is_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With another torch's substitute (fields not the ones expected), flattening is left to
+    Dynamo's optree substitute, and an update still compiles and matches eager."""
+    monkeypatch.setattr(tm, "_SUBSTITUTE_FIELDS", ("_children", "_kind"))
+    torch._dynamo.reset()
+    assert not torch.compile(lambda tree: tm.traced_flatten_one_level(tree, False) is not None,
+                             backend="eager", fullgraph=True)([torch.ones(2), torch.ones(2)])
+    params = [torch.full((3,), float(i)) for i in range(4)]
+    check_compilable(ox.adamw(0.1), params, [p + 1 for p in params], backend="eager")
+
+
 def test_same_structure_while_tracing_agrees_with_dynamos_equality() -> None:
     """The node-by-node comparison of one-level structures while tracing gives what the
     substitute's own (leaf by leaf) equality gives, for equal and for differing trees."""

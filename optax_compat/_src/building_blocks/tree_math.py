@@ -43,6 +43,8 @@ _PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 # Where Dynamo keeps its Python substitute for optree (its ``PyTreeSpec``, the structures
 # ``optree.tree_flatten`` returns while tracing); loaded with Dynamo.
 _SUBSTITUTE_MODULE = "torch._dynamo.polyfills.pytree"
+_SUBSTITUTE_FIELDS = ("_children", "_type", "_metadata", "_entries", "_unflatten_func",
+                      "none_is_leaf", "namespace")
 _OWN_PRECISION_DTYPES = frozenset({torch.float32, torch.float64})
 # ``dtype.to_real()``, which Dynamo cannot trace.
 _REAL_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float32,
@@ -97,7 +99,7 @@ def traced_flatten_one_level(tree: Any, none_is_leaf: bool) -> tuple[Leaves, Any
     if not ((kind is list or kind is tuple or kind is dict) and len(tree) > 1
             and torch.compiler.is_dynamo_compiling()):
         return None
-    spec_type = getattr(sys.modules.get(_SUBSTITUTE_MODULE), "PyTreeSpec", None)
+    spec_type = _substitute_spec_type()
     if spec_type is None:
         return None
     children, metadata, entries, unflatten_func = optree.tree_flatten_one_level(
@@ -173,9 +175,17 @@ def same_structure(a: optree.PyTreeSpec, b: optree.PyTreeSpec) -> bool:
 def _is_traced_one_level(spec: Any) -> bool:
     """Whether Dynamo is tracing and ``spec`` is a structure of its optree substitute with two
     or more children, all leaves (a leaf is the one node with a leaf and no children)."""
-    return (torch.compiler.is_dynamo_compiling()
-            and type(spec) is getattr(sys.modules.get(_SUBSTITUTE_MODULE), "PyTreeSpec", None)
+    return (torch.compiler.is_dynamo_compiling() and type(spec) is _substitute_spec_type()
             and spec.num_leaves > 1 and spec.num_nodes == spec.num_leaves + 1)
+
+
+def _substitute_spec_type() -> type | None:
+    """The ``PyTreeSpec`` class of Dynamo's optree substitute, if Dynamo is loaded and the
+    class has the fields this module builds and reads, in this order; else ``None`` (the
+    shortcuts above are then off and optree's substitute does the work)."""
+    spec_type = getattr(sys.modules.get(_SUBSTITUTE_MODULE), "PyTreeSpec", None)
+    fields = tuple(getattr(spec_type, "__dataclass_fields__", ()))
+    return spec_type if fields[:len(_SUBSTITUTE_FIELDS)] == _SUBSTITUTE_FIELDS else None
 
 
 def leaves(tree: Any) -> Leaves:
