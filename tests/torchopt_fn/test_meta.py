@@ -60,6 +60,34 @@ def test_maml_meta_gradient_matches_finite_differences(name):
         assert analytic == pytest.approx(finite_difference, rel=1e-6, abs=1e-9)
 
 
+@pytest.mark.parametrize("name", META_OPTIMIZERS)
+def test_an_inner_loop_under_torch_compile_gives_the_eager_meta_gradient(name):
+    """The inner steps compiled (default mode: Dynamo breaks the graph at the inner
+    gradient, ``autograd.grad(create_graph=True)``, and captures the update) give eager's
+    adapted loss and meta-gradient. The ``eager`` backend: AOTAutograd, under Inductor, does
+    not differentiate its compiled backward, which the inner gradient of a compiled forward
+    would need (PyTorch raises "does not currently support double backward")."""
+    make_optimizer = META_OPTIMIZERS[name]
+    task = sine_task(torch.Generator().manual_seed(0))
+    net = sine_net(torch.float64, hidden=8)
+    eager = meta_gradient(copy.deepcopy(net), make_optimizer, task)
+
+    def compiled_adapted_query_loss(net, make_optimizer, task):
+        x_support, y_support, x_query, y_query = task
+        optimizer = make_optimizer(net)
+        inner_step = torch.compile(
+            lambda: optimizer.step(mse_loss(net(x_support), y_support)), backend="eager")
+        for _ in range(2):
+            inner_step()
+        return mse_loss(net(x_query), y_query)
+
+    torch._dynamo.reset()
+    initial = list(net.parameters())
+    compiled = torch.autograd.grad(compiled_adapted_query_loss(net, make_optimizer, task),
+                                   initial)
+    torch.testing.assert_close(compiled, eager, rtol=1e-12, atol=1e-14)
+
+
 def test_meta_step_leaves_module_params_differentiable_and_tagged():
     net = sine_net(torch.float64, hidden=4)
     initial = list(net.parameters())
