@@ -153,7 +153,7 @@ EXPECTED_REASON = {
     "state_stable": "state after update 2",
     "differentiable": "not correctly differentiable",
     "differentiable_hyperparameter": "not correctly differentiable",
-    "compilable": "of one step failed",  # explain (a graph break) or compile
+    "compilable": "graph break",  # the host synchronisation's, reported by explain
     "matches_optax": "",
 }
 
