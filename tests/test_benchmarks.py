@@ -97,3 +97,16 @@ def test_saved_tables_are_read_by_their_headers(bench_all, tmp_path: pathlib.Pat
                                                   "ours compiled": (pytest.approx(0.0098), 1),
                                                   "optax jit": (pytest.approx(0.013), 1)}
     assert results.rows["a", "adam"]["limit"] == pytest.approx(0.0054)
+
+
+def test_first_compile_times_each_implementations_first_call(monkeypatch) -> None:
+    """Every column of ``bench_first_compile.py`` builds its step and runs it compiled (the
+    ``eager`` backend: graph capture only, to stay quick)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_first_compile
+    import torch
+
+    for implementation in bench_first_compile.IMPLEMENTATIONS:
+        torch._dynamo.reset()
+        seconds = bench_first_compile.first_call_seconds(implementation, 3, "eager")
+        assert seconds > 0, implementation
