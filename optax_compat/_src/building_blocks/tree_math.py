@@ -77,8 +77,7 @@ def check_is_tree(tree: Any) -> None:
 
 def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
     """Flattens ``tree`` into its leaves and structure (``None`` is an empty subtree)."""
-    shallow = (traced_flatten_one_level(tree, NONE_IS_LEAF) if torch.compiler.is_compiling()
-               else _flatten_one_level(tree))
+    shallow = _flatten_shallow(tree)
     if shallow is not None:
         return shallow
     check_is_tree(tree)
@@ -95,21 +94,34 @@ def traced_flatten_one_level(tree: Any, none_is_leaf: bool) -> tuple[Leaves, Any
     update flattens a dozen trees. Here the node is flattened one level and its structure
     built once, with one shared leaf structure: the same value, equal to the substitute's.
     """
+    node = _traced_node_of_tensors(tree, none_is_leaf)
+    spec_type = _substitute_spec_type()
+    if node is None or spec_type is None:
+        return None
+    children, metadata, entries, unflatten_func = node
+    leaf = spec_type((), None, None, (), None, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
+    return list(children), spec_type((leaf,) * len(children), type(tree), metadata, entries,
+                                     unflatten_func, none_is_leaf=none_is_leaf,
+                                     namespace=NAMESPACE)
+
+
+def _traced_node_of_tensors(tree: Any, none_is_leaf: bool) -> tuple[Any, ...] | None:
+    """While Dynamo traces, ``optree.tree_flatten_one_level(tree)`` if ``tree`` is a list,
+    tuple or dict of two or more plain tensors, else ``None``."""
     kind = type(tree)
     if not ((kind is list or kind is tuple or kind is dict) and len(tree) > 1
             and torch.compiler.is_dynamo_compiling()):
         return None
-    spec_type = _substitute_spec_type()
-    if spec_type is None:
-        return None
-    children, metadata, entries, unflatten_func = optree.tree_flatten_one_level(
-        tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
-    if not all(type(child) in _PLAIN_TENSOR_TYPES for child in children):
-        return None
-    leaf = spec_type((), None, None, (), None, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
-    return list(children), spec_type((leaf,) * len(children), kind, metadata, entries,
-                                     unflatten_func, none_is_leaf=none_is_leaf,
-                                     namespace=NAMESPACE)
+    node = optree.tree_flatten_one_level(tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
+    return node if all(type(child) in _PLAIN_TENSOR_TYPES for child in node[0]) else None
+
+
+def _flatten_shallow(tree: Any) -> tuple[Leaves, Any] | None:
+    """The one-level flattening of a list, tuple or dict of plain tensors: while tracing,
+    :func:`traced_flatten_one_level`; in eager mode, :func:`_flatten_one_level`."""
+    if torch.compiler.is_compiling():
+        return traced_flatten_one_level(tree, NONE_IS_LEAF)
+    return _flatten_one_level(tree)
 
 
 def _flatten_one_level(tree: Any) -> tuple[Leaves, optree.PyTreeSpec] | None:
@@ -191,9 +203,9 @@ def _substitute_spec_type() -> type | None:
 def leaves(tree: Any) -> Leaves:
     """The leaves of ``tree`` in flattening order."""
     if torch.compiler.is_compiling():
-        shallow = traced_flatten_one_level(tree, NONE_IS_LEAF)
-        if shallow is not None:
-            return shallow[0]
+        node = _traced_node_of_tensors(tree, NONE_IS_LEAF)  # no structure needed
+        if node is not None:
+            return list(node[0])
         # Only the leaves: Dynamo builds a structure as one Python object per leaf (and, with
         # optree 0.20, cannot build one of a dict of Python constants at all).
         check_is_tree(tree)
@@ -203,8 +215,7 @@ def leaves(tree: Any) -> Leaves:
 
 def treespec(tree: Any) -> optree.PyTreeSpec:
     """The structure of ``tree``."""
-    shallow = (traced_flatten_one_level(tree, NONE_IS_LEAF) if torch.compiler.is_compiling()
-               else _flatten_one_level(tree))
+    shallow = _flatten_shallow(tree)
     if shallow is not None:
         return shallow[1]
     return optree.tree_structure(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
