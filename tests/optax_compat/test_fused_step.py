@@ -356,10 +356,10 @@ def test_a_leafs_reductions_and_update_share_one_loop_and_optaxs_numbers(name, l
                         for name, size in sizes.items() if size == largest})
         return fused
 
-    monkeypatch.setattr(config, "force_disable_caches", True)  # a cached kernel is not counted
     monkeypatch.setattr(scheduler.Scheduler, "fuse_nodes", counting_readers)
     metrics.reset()
-    _check_stacked_against_optax(PER_LEAF[name], "inductor", _long_leaves())
+    with config.patch(force_disable_caches=True):  # a cached kernel is not counted
+        _check_stacked_against_optax(PER_LEAF[name], "inductor", _long_leaves())
     fused = metrics.cpp_outer_loop_fused_inner_counts
     assert [count.inner_kernel_number for count in fused] == [loops], fused
     assert readers and all(set(counts.values()) == {1} for counts in readers), readers
