@@ -175,11 +175,12 @@ class FusedStep:
 
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:
-        """The chosen backend, noting that this call compiles; Inductor runs with
-        :func:`~optax_compat._src.compilation.compile_options`, the post-grad pass
-        :class:`~optax_compat._src.inductor_passes.HoistScalars` and, for the stacked layout,
-        :data:`STACKED_REALIZE_READS_THRESHOLD` and
-        :func:`~optax_compat._src.inductor_passes.per_leaf_loops`."""
+        """The chosen backend, noting that this call compiles; Inductor runs with the post-grad
+        pass :class:`~optax_compat._src.inductor_passes.HoistScalars` and, when a buffer is on
+        the CPU, with :func:`~optax_compat._src.compilation.compile_options` and, for the
+        stacked layout, :data:`STACKED_REALIZE_READS_THRESHOLD` and
+        :func:`~optax_compat._src.inductor_passes.per_leaf_loops` (settings of, and measured
+        with, Inductor's C++ code; a GPU's kernels compile with Inductor's own)."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
         options = {}
@@ -187,11 +188,12 @@ class FusedStep:
         if self._backend == "inductor":
             from optax_compat._src import inductor_passes  # Inductor loads only when used
 
-            options = {**(compilation.compile_options() or {}),
-                       "post_grad_custom_post_pass": inductor_passes.HoistScalars()}
-            if self.layout == bb.STACKED:
-                options["realize_reads_threshold"] = STACKED_REALIZE_READS_THRESHOLD
-                loops = inductor_passes.per_leaf_loops()
+            options = {"post_grad_custom_post_pass": inductor_passes.HoistScalars()}
+            if any(buffer.device.type == "cpu" for buffer in self.params):
+                options.update(compilation.compile_options() or {})
+                if self.layout == bb.STACKED:
+                    options["realize_reads_threshold"] = STACKED_REALIZE_READS_THRESHOLD
+                    loops = inductor_passes.per_leaf_loops()
         with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()), \
                 loops:
             return compiler(graph, example_inputs)
