@@ -18,6 +18,7 @@ import torch
 
 from optax_compat._src import base, numerics
 from optax_compat._src import building_blocks as bb
+from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting
 
 
@@ -39,6 +40,20 @@ def _convert_floats(value: Any, dtype: torch.dtype, *, weak_tensors: bool) -> An
                                     and np.issubdtype(value.dtype, np.floating)):
         return torch.as_tensor(value, dtype=dtype)
     return value
+
+
+def _on_device_of(reference: torch.Tensor, tree: Any) -> Any:
+    """``tree`` with its tensors on ``reference``'s device: a hyperparameter or schedule state
+    built on the CPU joins the params'. A moved tensor keeps its autograd link and its weak or
+    strong type."""
+
+    def move(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.device == reference.device:
+            return x
+        moved = x.to(reference.device)
+        return moved if bb.is_weak(x) else bb.as_strong(moved)
+
+    return tm.tree_map(move, tree)
 
 
 class InjectHyperparamsState(NamedTuple):
@@ -178,15 +193,19 @@ def inject_hyperparams(
 
         def init_fn(params: base.Params) -> InjectStatefulHyperparamsState:
             dtype = hyperparam_dtype_for(params)
-            hyperparams = {name: bb.as_weak(_convert_floats(value, dtype, weak_tensors=False))
-                           for name, value in numeric.items()}
-            schedule_states = {name: schedule.init() for name, schedule in scheduled.items()}
+            count = bb.zero_count(params)
+            hyperparams = {name: bb.as_weak(_on_device_of(
+                count, _convert_floats(value, dtype, weak_tensors=False)))
+                for name, value in numeric.items()}
+            # A stateful schedule's ``init`` takes no params: its state moves to theirs.
+            schedule_states = {name: _on_device_of(count, schedule.init())
+                               for name, schedule in scheduled.items()}
             hyperparams.update({
-                name: _convert_floats(schedule(schedule_states[name]), dtype, weak_tensors=True)
+                name: _on_device_of(count, _convert_floats(schedule(schedule_states[name]),
+                                                           dtype, weak_tensors=True))
                 for name, schedule in scheduled.items()})
             return InjectStatefulHyperparamsState(
-                count=torch.zeros([], dtype=torch.int32), hyperparams=hyperparams,
-                hyperparams_states=schedule_states,
+                count=count, hyperparams=hyperparams, hyperparams_states=schedule_states,
                 inner_state=inner_factory(**other, **hyperparams).init(params))
 
         initial_inner = inner_factory(
@@ -201,8 +220,9 @@ def inject_hyperparams(
             hyperparams = {name: _convert_floats(value, dtype, weak_tensors=False)
                            for name, value in state.hyperparams.items()}
             hyperparams.update({
-                name: _convert_floats(schedule(state.hyperparams_states[name], **extra_args),
-                                      dtype, weak_tensors=True)
+                name: _on_device_of(state.count, _convert_floats(
+                    schedule(state.hyperparams_states[name], **extra_args), dtype,
+                    weak_tensors=True))
                 for name, schedule in scheduled.items()})
             schedule_states = {
                 name: schedule.update(state.hyperparams_states[name], **extra_args)

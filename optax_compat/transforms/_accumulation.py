@@ -359,11 +359,11 @@ class MultiSteps:
 
     def init(self, params: base.Params) -> MultiStepsState:
         """Returns the initial :class:`MultiStepsState` for ``params``."""
-        gradient_step = torch.zeros([], dtype=torch.int32)
+        gradient_step = bb.zero_count(params)
         _, skip_state = self._should_skip_update_fn(
             _tree_math.tree_zeros_like(params), gradient_step, params)
         return MultiStepsState(
-            mini_step=torch.zeros([], dtype=torch.int32),
+            mini_step=bb.zero_count(params),
             gradient_step=gradient_step,
             inner_opt_state=self._opt.init(params),
             acc_grads=_tree_math.tree_zeros_like(params, dtype=self._accumulator_dtype),

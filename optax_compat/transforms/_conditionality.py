@@ -28,10 +28,6 @@ class ConditionFn(Protocol):
         """
 
 
-def _zero_step() -> torch.Tensor:
-    return torch.zeros([], dtype=torch.int32)
-
-
 def _zeros_like_tree(tree: base.Updates) -> base.Updates:
     return tree_math.tree_map(torch.zeros_like, tree)
 
@@ -81,7 +77,8 @@ def conditionally_transform(
     inner = base.with_extra_args_support(inner)
 
     def init_fn(params: base.Params) -> ConditionallyTransformState:
-        return ConditionallyTransformState(inner_state=inner.init(params), step=_zero_step())
+        return ConditionallyTransformState(inner_state=inner.init(params),
+                                           step=bb.zero_count(params))
 
     @bb.elementwise_if(inner)
     def update_fn(updates: base.Updates, state: ConditionallyTransformState,
@@ -144,7 +141,7 @@ def conditionally_mask(
     inner = base.with_extra_args_support(inner)
 
     def init_fn(params: base.Params) -> ConditionallyMaskState:
-        return ConditionallyMaskState(step=_zero_step(), inner_state=inner.init(params))
+        return ConditionallyMaskState(step=bb.zero_count(params), inner_state=inner.init(params))
 
     @bb.elementwise_if(inner)
     def update_fn(updates: base.Updates, state: ConditionallyMaskState,
@@ -217,15 +214,16 @@ def apply_if_finite(
 
     def init_fn(params: base.Params) -> ApplyIfFiniteState:
         return ApplyIfFiniteState(
-            notfinite_count=_zero_step(), last_finite=torch.tensor(True),
-            total_notfinite=_zero_step(), inner_state=inner.init(params))
+            notfinite_count=bb.zero_count(params),
+            last_finite=torch.tensor(True, device=bb.device_of(params)),
+            total_notfinite=bb.zero_count(params), inner_state=inner.init(params))
 
     @bb.elementwise_if(inner, global_reduction="checks the whole tree for non-finite values")
     def update_fn(updates: base.Updates, state: ApplyIfFiniteState,
                   params: base.Params | None = None,
                   **extra_args: Any) -> tuple[base.Updates, ApplyIfFiniteState]:
         isfinite = all_finite(updates)
-        notfinite_count = torch.where(isfinite, _zero_step(),
+        notfinite_count = torch.where(isfinite, torch.zeros_like(state.notfinite_count),
                                       numerics.safe_increment(state.notfinite_count))
         new_updates, new_inner_state = control_flow.cond(
             isfinite | (notfinite_count > max_consecutive_errors),
