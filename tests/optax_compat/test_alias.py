@@ -474,3 +474,34 @@ def test_inplace_update_gives_the_pure_updates_and_states(name: str) -> None:
             inplace=True, **extra)
         optax_compat.testing.assert_trees_all_close(inplace_updates, pure_updates)
         optax_compat.testing.assert_trees_all_close(inplace_state, pure_state)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sparse gradients (nn.Embedding(..., sparse=True)): Optax has none.
+
+# Aliases whose arithmetic also runs on a sparse gradient (a scale): they keep taking it.
+TAKE_SPARSE = ("sgd",)
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_a_sparse_gradient_is_refused_by_path_or_taken(name: str) -> None:
+    generator = torch.Generator().manual_seed(0)
+    params = {"emb": torch.randn(4, 3, generator=generator), "b": torch.randn(3)}
+    sparse = torch.sparse_coo_tensor([[0, 2, 0]], torch.ones(3, 3), (4, 3))  # uncoalesced
+    grads = {"emb": sparse, "b": torch.ones(3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tx = optax_compat.polyak_sgd() if name == "polyak_sgd" else getattr(
+            optax_compat, name)(0.1)
+    extra = {"value": torch.tensor(2.0)} if name == "polyak_sgd" else {}
+    state = tx.init(params)
+    if name not in TAKE_SPARSE:
+        with pytest.raises(TypeError, match=r"updates\['emb'\] is a sparse tensor.*to_dense"
+                                            r".*torch\.optim\.SparseAdam"):
+            tx.update(grads, state, params, **extra)
+        return
+    updates, _ = tx.update(grads, state, params, **extra)
+    dense_updates, _ = tx.update({**grads, "emb": sparse.to_dense()}, state, params, **extra)
+    optax_compat.testing.assert_trees_all_close(
+        optax_compat.apply_updates(params, updates),
+        optax_compat.apply_updates(params, dense_updates))

@@ -31,6 +31,8 @@ raises a ``RuntimeError`` inside ``update`` (a size mismatch, without a path), t
 updates are compared with those of ``params`` and of the per-parameter parts of the state, and
 a ``ValueError`` names the first path and both shapes (see :func:`shape_mismatch`). Nothing is
 compared when the update succeeds: shapes that broadcast, as JAX accepts them, are not errors.
+Likewise a sparse gradient that a transformation's dense arithmetic fails on gets a
+``TypeError`` naming its path and the ways out (see :func:`sparse_leaf`).
 """
 
 from __future__ import annotations
@@ -257,7 +259,13 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
             new_updates, new_state = update_fn(updates, hidden_state, *hidden_args,
                                                **hidden_kwargs)
             return plan.updates(new_updates), plan.restore(state, new_state)
-        except RuntimeError as error:
+        except RuntimeError as error:  # ATen's NotImplementedError for a sparse operand too
+            sparse = sparse_leaf(updates)
+            if sparse is not None:
+                raise TypeError(f"{sparse} is a sparse tensor, and this transformation "
+                                "computes on dense ones: pass it as .to_dense(), or use "
+                                "torch.optim.SparseAdam (or nn.Embedding(..., sparse=False))."
+                                ) from error
             mismatch = shape_mismatch(updates, state, _params_argument(args, kwargs))
             if mismatch is None:
                 raise
@@ -267,6 +275,19 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
     with contextlib.suppress(AttributeError):  # bound methods take no attributes
         setattr(update_fn, _WRAPPER, update)
     return update  # type: ignore[return-value]
+
+
+def sparse_leaf(updates: Any) -> str | None:
+    """The first leaf of ``updates`` with a sparse layout, as ``updates['emb']``, or ``None``.
+
+    Called after an update failed: transformations whose arithmetic also runs on sparse
+    tensors (``sgd`` without momentum, ``scale``) take them; the others fail in ATen, without
+    a path or a way out, and get this leaf named instead.
+    """
+    accessors, leaves, _ = optree.tree_flatten_with_accessor(
+        updates, none_is_leaf=tm.NONE_IS_LEAF, namespace=tm.NAMESPACE)
+    return next((accessor.codify("updates") for accessor, leaf in zip(accessors, leaves)
+                 if isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided), None)
 
 
 def shape_mismatch(updates: Any, state: Any, params: Any = None) -> str | None:
