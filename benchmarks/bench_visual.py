@@ -9,12 +9,13 @@ Prints
   and the time to build the fused ``Digraph``;
 * a table for an RNN cell unrolled until the picture has about 200, 1,000 and 3,000 nodes:
   drawn nodes, the time ``make_dot`` takes to build the ``Digraph`` (best of 3) and the time
-  Graphviz's ``dot`` takes to lay it out to SVG, in three modes: ``large_graph=False`` (Graphviz's
-  defaults, the picture of torchviz and TorchOpt), the default (layout passes bounded by size),
-  ``large_graph=True`` (repeated steps collapsed, shared tensors drawn beside each reader) and
-  ``large_graph=True, collapse_repeats=False`` (every step drawn: what the mode does for a loop
-  whose steps differ). A layout that does not finish within the timeout is reported as
-  ``> S s`` and killed.
+  Graphviz's ``dot`` takes to lay it out to SVG, in four modes: ``large_graph=False`` (Graphviz's
+  defaults, the picture of torchviz and TorchOpt), the default (layout passes bounded by size;
+  above ``LARGE_GRAPH_NODES`` nodes also shared tensors drawn beside each reader, nothing
+  collapsed), ``large_graph=True`` (repeated steps collapsed, shared tensors drawn beside each
+  reader) and ``large_graph=True, collapse_repeats=False`` (every step drawn: what the mode does
+  for a loop whose steps differ). Drawn nodes count the copies of shared tensors. A layout that
+  does not finish within the timeout is reported as ``> S s`` and killed.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def rnn_table(sizes: list[int], timeout: float) -> list[list[str]]:
             layout = f"> {timeout:.0f} s" if seconds is None else f"{seconds:.1f} s"
             print(f"{size:>7} {steps:>6} {autograd:>9}  {mode:<18} {drawn_nodes(dot):>6} "
                   f"{build * 1e3:>5.0f} ms {layout:>9}", flush=True)
-            rows.append([f"RNN cell, {steps} steps ({mode})", str(autograd),
+            options_text = ", ".join(f"{k}={v}" for k, v in options.items()) or "default"
+            rows.append([f"RNN cell, {steps} steps ({options_text})", str(autograd),
                          str(drawn_nodes(dot)), f"{build * 1e3:.0f} ms", layout])
     return rows
 

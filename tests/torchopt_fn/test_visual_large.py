@@ -1,4 +1,5 @@
-"""make_dot on large graphs: the warning, layout options, repeated steps collapsed, max_depth.
+"""make_dot on large graphs: the default above the threshold, the warning, layout options,
+repeated steps collapsed, max_depth.
 
 Rendering here is bounded: only collapsed (small) graphs are laid out, with a timeout.
 """
@@ -56,6 +57,57 @@ def test_large_graph_warns_with_a_suggestion() -> None:
         make_dot(small, cell.named_parameters())
         make_dot(out, cell.named_parameters(), large_graph=False)
         make_dot(out, cell.named_parameters(), large_graph=True)
+
+
+def test_default_above_the_threshold_draws_for_a_fast_layout_and_keeps_every_node() -> None:
+    # An RNN cell unrolled to about 1,000 nodes: Graphviz took minutes on its plain picture.
+    out, cell = unrolled_rnn(100)
+    plain = make_dot(out, cell.named_parameters(), large_graph=False)
+    assert len(parse_dot(plain)[0]) > LARGE_GRAPH_NODES
+    with pytest.warns(UserWarning, match=r"drawn for a fast layout.*nothing is left out"):
+        default = make_dot(out, cell.named_parameters())
+    fast = make_dot(out, cell.named_parameters(), large_graph=True, collapse_repeats=False)
+    assert default.source == fast.source
+    assert_well_formed(default)
+    attrs = default.graph_attr
+    assert float(attrs["nslimit"]) <= 1 and float(attrs["nslimit1"]) <= 1
+    assert float(attrs["mclimit"]) < 1 and attrs["splines"] == "line"
+    # Nothing collapsed: every node of the plain picture is still drawn, with its edges between
+    # drawn nodes; what is new are the copies of the weights beside each reader.
+    nodes, edges = parse_dot(default)
+    plain_nodes, plain_edges = parse_dot(plain)
+    assert set(plain_nodes) <= set(nodes)
+    assert not nodes_of(default, "repeated") and not nodes_of(default, "collapsed")
+    assert {i for i in nodes if i not in plain_nodes} == set(nodes_of(default, "copy"))
+    assert nodes_of(default, "copy")
+    assert len(nodes_of(default, "backward")) == len(nodes_of(plain, "backward"))
+    copied = {(a, b) for a, b, _ in plain_edges} - {(a, b) for a, b, _ in edges}
+    assert {a for a, _ in copied} <= set(nodes_of(plain, "param")) | {
+        i for i, n in plain_nodes.items() if n["lines"][0] == "AccumulateGrad"}
+    assert set(param_nodes(default)) == {name for name, _ in cell.named_parameters()}
+
+
+def test_default_below_the_threshold_is_unchanged() -> None:
+    for steps, bounded in ((2, False), (49, True)):  # 30 and exactly LARGE_GRAPH_NODES nodes
+        out, cell = unrolled_rnn(steps)
+        plain = make_dot(out, cell.named_parameters(), large_graph=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            default = make_dot(out, cell.named_parameters())
+        assert len(parse_dot(default)[0]) <= LARGE_GRAPH_NODES
+        assert default.body == plain.body
+        layout = {"nslimit": "1", "nslimit1": "1", "mclimit": "0.1"} if bounded else {}
+        assert default.graph_attr == {**plain.graph_attr, **layout}
+
+
+def test_max_depth_decides_whether_a_graph_is_large() -> None:
+    out, cell = unrolled_rnn(100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default = make_dot(out, cell.named_parameters(), max_depth=20)
+    plain = make_dot(out, cell.named_parameters(), max_depth=20, large_graph=False)
+    assert default.body == plain.body
+    assert not nodes_of(default, "copy")
 
 
 def test_layout_options_follow_the_size() -> None:

@@ -61,7 +61,8 @@ NODE_MEANINGS: dict[str, str] = {
     "collapsed": "nodes beyond max_depth",
     "repeated": "a step repeated several times in a row, drawn once with the count "
                 "(large_graph=True)",
-    "copy": "a tensor read by many nodes, drawn again beside each reader (large_graph=True)",
+    "copy": "a tensor read by many nodes, drawn again beside each reader (large_graph=True, "
+            "or by default above LARGE_GRAPH_NODES nodes)",
 }
 
 _NODE_ATTR = {"style": "filled", "shape": "box", "fontsize": "10", "ranksep": "0.1",
@@ -125,11 +126,15 @@ def make_dot(
         become one dashed node saying how many were left out. A parameter stays with its
         ``AccumulateGrad`` node.
       large_graph: Draw for a fast layout: repeated steps of an unrolled loop become one node
-        with a count, a tensor read by many nodes is drawn beside each reader, and Graphviz's
-        layout passes are bounded. ``None`` (the default) bounds the passes of graphs with
-        many nodes and warns above ``LARGE_GRAPH_NODES`` nodes; ``False`` changes nothing.
-      collapse_repeats: Whether the large-graph mode collapses repeated steps; ``False``
-        draws every step (defaults to ``large_graph``).
+        with a count, a tensor read by many nodes is drawn beside each reader (the weights of
+        an unrolled loop: their edges across the whole depth are what makes Graphviz's layout
+        take minutes), and Graphviz's layout passes are bounded. ``None`` (the default) bounds
+        the passes of graphs with many nodes; above ``LARGE_GRAPH_NODES`` drawn nodes it also
+        draws shared tensors beside each reader and warns, but collapses nothing, so every
+        node is still drawn (an RNN cell unrolled to 1,000 nodes lays out in seconds instead
+        of minutes). ``False`` draws the plain picture at any size.
+      collapse_repeats: Whether to collapse repeated steps; ``False`` draws every step
+        (defaults to ``large_graph``: only ``large_graph=True`` collapses).
       legend: Add a box explaining the colours the picture uses.
 
     Returns:
@@ -144,8 +149,9 @@ def make_dot(
     Warns:
       UserWarning: for outputs that do not require grad (nothing to draw behind them), a
         ``params`` iterator that yields nothing (a consumed generator), a graph above
-        ``LARGE_GRAPH_NODES`` nodes, and, once, for a graph that seems to hold optimizer steps
-        none of which is tagged when ``fuse_optimizer`` is on.
+        ``LARGE_GRAPH_NODES`` nodes drawn for a fast layout by default, and, once, for a
+        graph that seems to hold optimizer steps none of which is tagged when
+        ``fuse_optimizer`` is on.
     """
     if max_depth is not None and max_depth < 0:
         raise ValueError(f"make_dot: max_depth must be >= 0, got {max_depth}")
@@ -164,23 +170,28 @@ def make_dot(
     if collapse_repeats if collapse_repeats is not None else large_graph:
         builder.nodes, builder.edges = _large.collapse_repeats(builder.nodes, builder.edges,
                                                                  builder.node_id)
+    if large_graph is None and (drawn := builder.count_drawn(max_depth)) > _large.LARGE_GRAPH_NODES:
+        warnings.warn(_LARGE_NOTICE.format(drawn=drawn, limit=_large.LARGE_GRAPH_NODES),
+                      stacklevel=2)
+        large_graph = True  # without collapse_repeats, which stays as the caller set it
     if large_graph:
         builder.nodes, builder.edges = _large.copy_shared_nodes(builder.nodes, builder.edges,
                                                                   builder.node_id)
     dot = builder.emit(max_depth, legend)
     if large_graph is not False:
         dot.graph_attr.update(_large.layout_attributes(builder.drawn))
-    if large_graph is None and builder.drawn > _large.LARGE_GRAPH_NODES:
-        warnings.warn(
-            f"make_dot: {builder.drawn} nodes to draw; Graphviz's layout may take minutes. Pass "
-            "large_graph=True (repeated steps drawn once with a count, a fast layout), or "
-            "max_depth=N to draw only the nodes near the output, or large_graph=False to keep "
-            "this picture and silence this warning.", stacklevel=2)
     dot.unreached = [entry.name for entry in builder.unreached]
     dot.untracked = [entry.name for entry in builder.untracked]
     resize_graph(dot)
     return dot
 
+
+_LARGE_NOTICE = (
+    "make_dot: {drawn} nodes to draw, more than LARGE_GRAPH_NODES ({limit}), so they are drawn "
+    "for a fast layout: a tensor read by many nodes is drawn beside each reader, nothing is "
+    "left out. Pass large_graph=True to also draw repeated steps once with a count, max_depth=N "
+    "to draw only the nodes near the output, or large_graph=False for the plain picture (its "
+    "layout may take minutes); either silences this warning.")
 
 _UNTAGGED_NOTICE = (
     "make_dot: fuse_optimizer=True found no tagged optimizer step, but this graph seems to hold "
@@ -470,9 +481,14 @@ class _GraphBuilder:
 
     # -- output --------------------------------------------------------------------------------
 
+    def count_drawn(self, max_depth: int | None) -> int:
+        """How many nodes :meth:`emit` would draw, the dashed node for hidden ones included."""
+        visible = self._visible(max_depth)
+        return len(visible) + (len(visible) < len(self.nodes))
+
     def emit(self, max_depth: int | None, legend: bool = False) -> GradientGraph:
         """Writes the visible nodes and edges into a new :class:`GradientGraph`."""
-        visible = set(self.nodes) if max_depth is None else self._within_depth(max_depth)
+        visible = self._visible(max_depth)
         dot = GradientGraph(node_attr=_NODE_ATTR, graph_attr={"size": "12,12"})
         members: dict[str | None, list[str]] = collections.defaultdict(list)
         for identifier in self.nodes:
@@ -530,6 +546,9 @@ class _GraphBuilder:
             style["tooltip"] = display.tooltip
         dot.node(identifier, _label(display.lines), _attributes={"class": " ".join(display.kinds)},
                  **style)
+
+    def _visible(self, max_depth: int | None) -> set[str]:
+        return set(self.nodes) if max_depth is None else self._within_depth(max_depth)
 
     def _within_depth(self, max_depth: int) -> set[str]:
         inputs: dict[str, list[str]] = collections.defaultdict(list)

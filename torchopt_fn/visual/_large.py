@@ -4,13 +4,17 @@ Graphviz's ``dot`` lays out a graph in ranks and splits every edge that spans se
 a chain of virtual nodes. An unrolled loop (an RNN over a sequence, an inner optimization loop)
 is deep, and the parameters every step reads send one edge per step across the whole depth: an
 RNN cell unrolled 100 steps (about 1,000 drawn nodes) does not finish its layout in minutes,
-while the same graph with those edges cut lays out in under a second. So the large-graph mode
+while the same graph with those edges cut lays out in about a second. So the large-graph mode
+(``make_dot(..., large_graph=True)``)
 
 * collapses repeated steps, the same loop body applied again, into one node with a count
   (:func:`collapse_repeats`);
 * draws a tensor read by many nodes beside each of its readers instead of once with long edges
   (:func:`copy_shared_nodes`);
 * bounds the network-simplex and crossing-minimisation passes (:func:`layout_attributes`).
+
+``make_dot``'s default does the last two above :data:`LARGE_GRAPH_NODES` drawn nodes, and only
+the last one below it: collapsing changes what the picture shows, so it stays opt-in.
 
 Repeated steps are found without knowing the model. Nodes get a structural colour (their label
 and, three times over, the colours of their neighbours, as in the Weisfeiler-Lehman test), so the
@@ -30,7 +34,8 @@ from collections.abc import Callable, Hashable
 from torchopt_fn.visual._display import DisplayNode, Edges
 
 LARGE_GRAPH_NODES = 500
-"""Above this many drawn nodes, ``make_dot`` warns that the layout may be slow."""
+"""Above this many drawn nodes, ``make_dot`` draws for a fast layout by default (a tensor read by
+many nodes drawn beside each reader, nothing collapsed) and warns."""
 
 _MIN_REPEATS = 3
 _SHARED_FAN_OUT = 4
