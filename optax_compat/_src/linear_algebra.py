@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from optax_compat._src import base, utils
+from optax_compat._src import building_blocks as bb
 from optax_compat.tree_utils import _tree_math
 
 
@@ -78,11 +79,11 @@ def power_iteration(
         matvec = lambda vector: matrix @ vector
         if v0 is None:
             generator = utils.generator_from_key(0 if key is None else key)
-            v0 = (2 * torch.rand(matrix.shape[-1:], generator=generator, dtype=matrix.dtype)
-                  - 1).to(matrix.device)
+            v0 = (2 * torch.rand(matrix.shape[-1:], generator=generator, dtype=matrix.dtype,
+                                 device=generator.device) - 1).to(matrix.device)
     eigenvector = _normalize_tree(v0)
     product = matvec(eigenvector)
-    eigenvalue = torch.zeros(())
+    eigenvalue = torch.zeros((), device=bb.device_of(eigenvector))
     for _ in range(int(num_iters)):
         residual = _tree_math.tree_sub(product,
                                        _tree_math.tree_scale(eigenvalue, eigenvector))
@@ -138,7 +139,7 @@ def matrix_inverse_pth_root(
     del precision
     p = float(p)
     size = matrix.shape[0]
-    alpha = torch.tensor(-1.0 / p, dtype=torch.float32)
+    alpha = torch.tensor(-1.0 / p, dtype=torch.float32, device=matrix.device)
     work_dtype = torch.promote_types(torch.float32, matrix.dtype)
     identity = torch.eye(size, dtype=work_dtype, device=matrix.device)
     max_eigenvalue, _ = power_iteration(matrix, num_iters=100, error_tolerance=1e-6)

@@ -73,7 +73,8 @@ def generator_from_key(key: KeyLike, device: Any = None) -> torch.Generator:
 def split_key(key: KeyLike, num: int = 2) -> torch.Tensor:
     """Derives ``num`` independent int64 seeds from ``key`` (``jax.random.split``'s role)."""
     generator = generator_from_key(key)
-    return torch.randint(_SEED_BOUND, (num,), generator=generator, dtype=torch.int64)
+    return torch.randint(_SEED_BOUND, (num,), generator=generator, dtype=torch.int64,
+                         device=generator.device)
 
 
 class _ScaleGradient(torch.autograd.Function):
@@ -121,8 +122,9 @@ class MultiNormalDiagFromLogScale:
 
     def sample(self, shape: Sequence[int], key: KeyLike) -> torch.Tensor:
         """Draws samples of shape ``(*shape, *param_shape)``."""
-        noise = torch.randn((*shape, *self._param_shape), generator=generator_from_key(key),
-                            dtype=self._mean.dtype)
+        generator = generator_from_key(key)
+        noise = torch.randn((*shape, *self._param_shape), generator=generator,
+                            dtype=self._mean.dtype, device=generator.device)
         return noise.to(self._mean.device) * self._scale + self._mean
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:

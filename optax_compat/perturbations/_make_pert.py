@@ -41,8 +41,9 @@ class Normal:
         Returns:
           A CPU tensor of shape ``sample_shape``.
         """
-        return torch.randn(tuple(sample_shape), generator=utils.generator_from_key(key),
-                           dtype=_torch_dtype(dtype))
+        generator = utils.generator_from_key(key)
+        return torch.randn(tuple(sample_shape), generator=generator, dtype=_torch_dtype(dtype),
+                           device=generator.device)
 
     def log_prob(self, inputs: torch.Tensor) -> torch.Tensor:
         """Elementwise log density, without the constant: ``-inputs ** 2 / 2``."""
@@ -66,8 +67,9 @@ class Gumbel:
         """
         dtype = _torch_dtype(dtype)
         # Uniform on [tiny, 1) as jax.random.gumbel draws it, so that both logs stay finite.
-        uniform = torch.empty(tuple(sample_shape), dtype=dtype).uniform_(
-            torch.finfo(dtype).tiny, 1.0, generator=utils.generator_from_key(key))
+        generator = utils.generator_from_key(key)
+        uniform = torch.empty(tuple(sample_shape), dtype=dtype, device=generator.device).uniform_(
+            torch.finfo(dtype).tiny, 1.0, generator=generator)
         return -torch.log(-torch.log(uniform))
 
     def log_prob(self, inputs: torch.Tensor) -> torch.Tensor:

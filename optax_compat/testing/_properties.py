@@ -135,7 +135,8 @@ def check_state_stable(tx: base.GradientTransformation, params: Any, grads: Grad
 
 def _fixed_weights(leaves: list[torch.Tensor]) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    return [torch.randn(leaf.shape, generator=generator, dtype=torch.float64) for leaf in leaves]
+    return [torch.randn(leaf.shape, generator=generator, dtype=torch.float64,
+                        device=generator.device).to(leaf.device) for leaf in leaves]
 
 
 def check_differentiable(tx: base.GradientTransformation | Callable[[torch.Tensor], Any],

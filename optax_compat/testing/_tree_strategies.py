@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from optax_compat._src.building_blocks import tree_math
+from optax_compat.testing._data import resolve_device
 
 CONTAINER_KINDS = ("dict", "list", "tuple", "namedtuple")
 DEFAULT_DTYPES = (torch.float32, torch.float64)
@@ -62,7 +63,7 @@ def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
             min_value: float = -10.0, max_value: float = 10.0, allow_nan: bool = False,
             allow_infinity: bool = False, allow_subnormal: bool = False,
             min_magnitude: float = 0.0,
-            device: str | torch.device = "cpu") -> st.SearchStrategy[torch.Tensor]:
+            device: str | torch.device | None = None) -> st.SearchStrategy[torch.Tensor]:
     """A strategy for tensors of one shape and dtype with values in ``[min_value, max_value]``.
 
     Args:
@@ -76,7 +77,8 @@ def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
       min_magnitude: draw nonzero values smaller than this in magnitude as 0. Comparisons
         with JAX want e.g. ``1e-6``: XLA on CPU flushes subnormal results (such as the
         product of two tiny values) to zero, PyTorch keeps them.
-      device: where the tensor is created.
+      device: where the tensor is created (``None``: where factory functions create them,
+        torch's default device).
 
     Returns:
       A hypothesis strategy of tensors.
@@ -87,7 +89,8 @@ def tensors(shape: Sequence[int], dtype: torch.dtype = torch.float32, *,
                                allow_subnormal, min_magnitude)
     numpy_dtype = np.dtype(f"float{_NUMPY_WIDTH[dtype]}")
     arrays = hnp.arrays(numpy_dtype, tuple(shape), elements=elements)
-    return arrays.map(lambda array: torch.from_numpy(array.copy()).to(device=device, dtype=dtype))
+    return arrays.map(lambda array: torch.from_numpy(array.copy()).to(
+        device=resolve_device(device), dtype=dtype))
 
 
 class _TreeBuilder:
@@ -149,7 +152,7 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
             allow_infinity: bool = False, allow_subnormal: bool = False,
             min_magnitude: float = 0.0, kinds: Sequence[str] = CONTAINER_KINDS,
             allow_none: bool = True,
-            device: str | torch.device = "cpu") -> Any:
+            device: str | torch.device | None = None) -> Any:
     """A strategy for nested dict/list/tuple/NamedTuple trees of tensors.
 
     Args:
@@ -174,7 +177,7 @@ def pytrees(draw: Any, *, min_leaves: int = 1, max_leaves: int = 5, max_depth: i
         :func:`tensors`).
       kinds: container kinds among ``"dict"``, ``"list"``, ``"tuple"``, ``"namedtuple"``.
       allow_none: sometimes add a ``None`` child (an empty subtree, as in Optax).
-      device: where leaves are created.
+      device: where leaves are created (``None``: torch's default device).
 
     Returns:
       A hypothesis strategy of pytrees.
