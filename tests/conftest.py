@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 
 import jax
 import pytest
@@ -47,15 +48,20 @@ settings.register_profile("long", derandomize=False, deadline=None, max_examples
 settings.load_profile("ci")
 
 
-@pytest.fixture(autouse=True)
-def _torch_seeded_by_test_id(request: pytest.FixtureRequest) -> None:
-    """Seeds torch's global generator from the test's id, so that a test draws the same data
-    whichever tests ran before it in its worker (``pytest -n`` deals them out differently as
-    the suite grows)."""
-    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 TEST_DEVICE = torch.device(os.environ.get("OPTAX_COMPAT_TEST_DEVICE", "cpu"))
+
+
+@pytest.fixture(autouse=True)
+def _torch_seeded_by_test_id(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Seeds torch's global generator from the test's id, so that a test draws the same data
+    whichever tests ran before it in its worker (``pytest -n`` deals them out differently as
+    the suite grows), and gives the generator back as it found it afterwards."""
+    devices = [TEST_DEVICE] if TEST_DEVICE.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+        yield
 
 
 @pytest.fixture
