@@ -83,9 +83,10 @@ def scale_by_madgrad(
         rate = learning_rate(state.count) if callable(learning_rate) else learning_rate
         stable_rate = rate + eps
         # ``jnp.sqrt`` of Optax's int32 ``count + 1`` is float32 whatever the precision mode,
-        # and wins over a weakly typed rate (a float64 schedule value in 64-bit mode).
+        # and wins over a weakly typed rate (a float64 schedule value in 64-bit mode), not
+        # over a strong one: the rate decides, as ``rate + eps`` is a new, unmarked tensor.
         root_steps = torch.sqrt((state.count + 1).to(torch.float32))
-        dtype = bb.result_dtype(stable_rate, root_steps)
+        dtype = bb.result_dtype(rate, root_steps)
         weight = tm.scalar_like(bb.as_weak(stable_rate).to(dtype) * root_steps.to(dtype), gs)
         sums_sq = tm.add(sums_sq, tm.mul(tm.square(gs), weight))
         sums = tm.add(sums, tm.mul(gs, weight))

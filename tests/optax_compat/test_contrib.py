@@ -155,6 +155,11 @@ CASES = [
     Case("madgrad", "weak_schedule",
          lambda lib: {"learning_rate": lib.cosine_decay_schedule(0.3, 9, alpha=0.5)}, BOTH,
          jit=False),
+    # A strongly typed float64 one (a one-cycle piece's) keeps float64 in 64-bit mode.
+    Case("madgrad", "strong_schedule",
+         lambda lib: {"learning_rate": lib.join_schedules(
+             [lib.linear_onecycle_schedule(10, 0.306, 0.5, div_factor=10),
+              lib.constant_schedule(0.05)], [5])}, BOTH, jit=False),
     Case("scale_by_madgrad", "default", lambda lib: {"learning_rate": 0.05}),
     Case("prodigy", "default", lambda lib: {"learning_rate": 0.1}, BOTH),
     Case("prodigy", "beta3_coef_decay_schedule",

@@ -58,6 +58,13 @@ Optax quirks that the fuzzer steps around, each for a reason:
   float64 updates float32's precision, and inside Optax's compiled ``lax.cond`` XLA may round
   that float32 value one ulp away from op-by-op Optax (and computes a float32 cosine a few
   ulps away from PyTorch's).
+* The interpolating schedules with a cosine (``cosine_onecycle_schedule``,
+  ``piecewise_interpolate_schedule('cosine', ...)``) count as float32 values: in 64-bit mode
+  they are float64, interpolated with the cosine of a float32 fraction (the int32 count over
+  weakly typed int bounds, in Optax too), and PyTorch's float32 cosine is not always XLA's:
+  ``cos(2.5132742f)`` is -0.80901700 here, -0.80901706 in XLA, so the one-cycle value at count
+  9 of ``cosine_onecycle_schedule(10, 0.306, 0.5, 10, 1e4)`` is 0.0292231664 against
+  0.0292231573.
 * Likewise state leaves are compared at the tolerance of the least precise of them and of
   the schedules' values (each piece of a ``join_schedules`` included: the joined value has
   the precision of the piece in force), as state such as MADGRAD's accumulates the learning
@@ -97,7 +104,7 @@ import numpy as np
 import optax
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, assume, event, given, settings
+from hypothesis import HealthCheck, Phase, assume, event, example, given, settings
 
 import optax_compat as ox
 from optax_compat import testing
@@ -242,12 +249,22 @@ def _state_leaves(ours_state, theirs_state, flat):
                         np.concatenate))
 
 
+def _value_for_tolerance(schedule, count):
+    """``schedule``'s value at ``count``, as float32 where a float32 cosine makes it (see the
+    module docstring)."""
+    value = bb.as_weak(schedule.build(ox)(count))
+    float32_cosine = (schedule.name == "cosine_onecycle_schedule"
+                      or schedule.kwargs.get("interpolate_type") == "cosine")
+    return value.float() if float32_cosine else value
+
+
 def _schedule_values(program):
-    """Each schedule's value at an int32 count: float32 for most, even in 64-bit mode. The
-    pieces of a ``join_schedules`` count too: the joined value takes the widest piece's dtype
-    and the precision of the piece in force."""
+    """Each schedule's value at an int32 count: float32 for most, even in 64-bit mode, and
+    of float32's precision where a float32 cosine makes it. The pieces of a
+    ``join_schedules`` count too: the joined value takes the widest piece's dtype and the
+    precision of the piece in force."""
     count = torch.zeros((), dtype=torch.int32)
-    return [bb.as_weak(piece.build(ox)(count)) for c in _configs(program.config)
+    return [_value_for_tolerance(piece, count) for c in _configs(program.config)
             for value in (*c.args, *c.kwargs.values())
             if isinstance(value, strategies.DescribedSchedule)
             for piece in _configs(value.config)]
@@ -384,8 +401,53 @@ def test_float32_programs_with_x64_off_match_optax(program):
     _check(program, torch.float32)
 
 
+def _regression(config):
+    """A float64 program on a fixed tree, three steps."""
+    generator = torch.Generator().manual_seed(0)
+    draw = lambda shape: torch.randn(shape, dtype=torch.float64, generator=generator)
+    params = {"a": draw(3), "b": draw((2, 2))}
+    grads = tuple({key: draw(leaf.shape) for key, leaf in params.items()} for _ in range(3))
+    return strategies.Program(config, params, grads)
+
+
+def _joined(schedules, boundaries):
+    """``join_schedules`` as the grammar draws it."""
+    return strategies.DescribedSchedule(strategies.Config(
+        "join_schedules", kwargs={"schedules": schedules, "boundaries": boundaries}))
+
+
+ONE_CYCLE = strategies.Config("cosine_onecycle_schedule", kwargs={
+    "transition_steps": 10, "peak_value": 0.306, "pct_start": 0.5, "div_factor": 10,
+    "final_div_factor": 1e4})
+
+# Programs that mismatched in 64-bit mode (issue 37), run first under every profile: the
+# one-cycle schedule at counts 7 to 9 (its float32 cosine); fromage's float32 weight decay
+# ``1 / sqrt(1 + lr**2) - 1``; MADGRAD's rate from a strongly typed float64 schedule, which
+# the float32 ``sqrt(count + 1)`` made float32.
+REGRESSIONS_FLOAT64 = (
+    _regression(strategies.Config("sgd", kwargs={"learning_rate": _joined(
+        [strategies.Config("constant_schedule", (0.1,)), ONE_CYCLE], [-7])})),
+    _regression(strategies.Config("fromage", args=(strategies.DescribedSchedule(
+        strategies.Config("linear_schedule", (0.0302, 0.0604, 6, 3))),))),
+    _regression(strategies.Config("partition", args=(
+        {"x": strategies.Config("contrib.madgrad", kwargs={"learning_rate": _joined(
+            [ONE_CYCLE, strategies.Config("constant_schedule", (0.05,))], [5])}),
+         "y": strategies.Config("sgd", kwargs={"learning_rate": 0.1})},
+        {"a": "x", "b": "y"}))),
+)
+
+
+def _with_examples(programs):
+    def decorate(test):
+        for program in programs:
+            test = example(program=program)(test)
+        return test
+    return decorate
+
+
 @FUZZ
 @given(program=strategies.programs(dtype=torch.float64))
+@_with_examples(REGRESSIONS_FLOAT64)
 def test_float64_programs_with_x64_on_match_optax(program):
     _assume_comparable(program, torch.float64)
     _check(program, torch.float64)

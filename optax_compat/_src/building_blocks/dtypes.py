@@ -22,7 +22,10 @@ float (:func:`default_float`, what JAX makes of Python numbers), are weak. Hence
 
 With 64-bit mode off every float is float32 and the rule is exact; in 64-bit mode a float32
 value computed from the int32 step count is strong (as in JAX) and a float64 one weak unless
-marked strong, which is what Optax's schedules give.
+marked strong, which is what Optax's schedules give. The mark is the tensor's own: a result
+computed from a strong value (``rate + eps``) is a new tensor without it, so the dtype of an
+expression is taken from its operands as given (``result_dtype(rate, other)``), before such
+arithmetic.
 """
 
 from __future__ import annotations
