@@ -24,7 +24,6 @@ compiled kernels across processes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import operator
 import time
@@ -180,23 +179,23 @@ class FusedStep:
         the CPU, with :func:`~optax_compat._src.compilation.compile_options` and, for the
         stacked layout, :data:`STACKED_REALIZE_READS_THRESHOLD` and
         :func:`~optax_compat._src.inductor_passes.per_leaf_loops` (settings of, and measured
-        with, Inductor's C++ code; a GPU's kernels compile with Inductor's own)."""
+        with, Inductor's C++ code; a GPU's kernels compile with Inductor's own). Our passes
+        fall back to stock Inductor where they do not fit this PyTorch
+        (:func:`~optax_compat._src.inductor_passes.compile_with_passes`)."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
-        options = {}
-        loops: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-        if self._backend == "inductor":
-            from optax_compat._src import inductor_passes  # Inductor loads only when used
-
-            options = {"post_grad_custom_post_pass": inductor_passes.HoistScalars()}
-            if any(buffer.device.type == "cpu" for buffer in self.params):
-                options.update(compilation.compile_options() or {})
-                if self.layout == bb.STACKED:
-                    options["realize_reads_threshold"] = STACKED_REALIZE_READS_THRESHOLD
-                    loops = inductor_passes.per_leaf_loops()
-        with (torch._inductor.config.patch(options) if options else contextlib.nullcontext()), \
-                loops:
+        if self._backend != "inductor":
             return compiler(graph, example_inputs)
+        from optax_compat._src import inductor_passes  # Inductor loads only when used
+
+        on_cpu = any(buffer.device.type == "cpu" for buffer in self.params)
+        leaf_loops = on_cpu and self.layout == bb.STACKED
+        options = dict(compilation.compile_options() or {}) if on_cpu else {}
+        if leaf_loops:
+            options["realize_reads_threshold"] = STACKED_REALIZE_READS_THRESHOLD
+        with torch._inductor.config.patch(options):
+            return inductor_passes.compile_with_passes(compiler, graph, example_inputs,
+                                                       leaf_loops=leaf_loops)
 
 
 def fused_step(tx: base.GradientTransformation, params: base.Params, *,

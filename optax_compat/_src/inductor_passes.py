@@ -7,8 +7,11 @@ Imported only when a fused step compiles with Inductor (importing Inductor takes
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy
 import torch
@@ -158,6 +161,29 @@ def _static_numel(value: torch.Tensor) -> int | None:
         return None
 
 
+def compile_with_passes(compile_fx: Callable[..., Any], graph: torch.fx.GraphModule,
+                        example_inputs: Any, *, leaf_loops: bool) -> Any:
+    """``compile_fx(graph, example_inputs)`` with :class:`HoistScalars` and, if
+    ``leaf_loops``, :func:`per_leaf_loops` (for a stacked step on the CPU).
+
+    Should that raise (this PyTorch's Inductor differs in a way the checks of
+    :func:`per_leaf_loops` cannot see), the step compiles with stock Inductor instead (same
+    numbers, maybe slower) and a ``UserWarning`` says so, once per process; an error that
+    stock Inductor raises too is raised.
+    """
+    try:
+        with config.patch(post_grad_custom_post_pass=HoistScalars()), (
+                per_leaf_loops() if leaf_loops else contextlib.nullcontext()):
+            return compile_fx(graph, example_inputs)
+    except Exception as error:  # whatever our passes raise: stock Inductor decides
+        compiled = compile_fx(graph, example_inputs)
+        reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        _warn_once("stock Inductor", f"optax_compat.fused_step: compiling with optax_compat's "
+                  f"Inductor passes failed ({reason}), so fused steps compile with stock "
+                  "Inductor (same numbers, maybe slower).")
+        return compiled
+
+
 # A node of at most this many elements, one axis and no reduction is a per-leaf value of a
 # stacked step (one element per leaf): see :func:`per_leaf_loops`.
 PER_LEAF_VALUES_AT_MOST = 16384
@@ -205,33 +231,83 @@ def per_leaf_loops() -> Iterator[None]:
       400 rows), and the merged loop cannot share the loop over the leaves; here a
       reduction keeps its first axis a loop of its own.
 
-    All are internal to Inductor: if this PyTorch lacks any, nothing is changed, and the step
-    compiles as it would without this context.
+    All are internal to Inductor. Each replacement is installed only where this PyTorch's
+    Inductor has the shape it was written for (:data:`_REPLACEMENTS`); where it does not, the
+    step compiles without that optimization (same numbers, maybe slower) and a ``UserWarning``
+    says so, once per process per optimization.
     """
-    node = getattr(cpp, "OuterLoopFusedSchedulerNode", None)
-    tiling = getattr(cpp, "TilingSelect", None)
-    scheduling = getattr(cpp, "CppScheduling", None)
-    patches = {(node, "check_outer_fusion_loop_level_attr"): _fused_when_leaves_fill_the_threads,
-               (tiling, "select_tiling"): _per_leaf_values_unvectorized,
-               (scheduling, "_can_fuse_horizontal_impl"): _not_when_reading_in_other_orders,
-               (scheduling, "can_fuse_horizontal"): _independent_loops_nest,
-               (scheduling, "can_fuse_vertical_outer_loop"): _independent_loops_nest,
-               (scheduler.Scheduler, "_score_fusion_memory_for_can_fuse"): _shared_data_or_loops,
-               (scheduling, "_get_outer_loop_fusion_depth"): _the_loop_over_the_leaves,
-               (scheduler.Scheduler, "can_fuse_vertical"): _leaf_by_leaf_reads_nest,
-               (scheduler.SchedulerNode, "_compute_attrs"): _reductions_keep_the_leaf_loop}
-    found = {key: getattr(*key, None) for key in patches}
-    if None in found.values():
+    with contextlib.ExitStack() as stack:
+        configs: dict[str, Any] = {}
+        for replacement in _REPLACEMENTS:
+            mismatch = _mismatch(replacement)
+            if mismatch is not None:
+                _warn_once(replacement.optimization,
+                          f"optax_compat.fused_step: {mismatch} in this PyTorch's Inductor, so "
+                          f"stacked steps compile without {replacement.optimization} (same "
+                          "numbers, maybe slower).")
+                continue
+            owner_path, name = replacement.target.rsplit(".", 1)
+            owner = _resolve(owner_path)
+            stack.callback(_put_back, owner, name, vars(owner).get(name, _ABSENT))
+            setattr(owner, name, replacement.wrap(getattr(owner, name)))
+            configs.update(replacement.configs)
+        stack.enter_context(config.patch(configs))
         yield
-        return
-    for (owner, name), patch in patches.items():
-        setattr(owner, name, patch(found[owner, name]))
-    try:
-        with config.patch(aggressive_fusion=True):
-            yield
-    finally:
-        for (owner, name), original in found.items():
-            setattr(owner, name, original)
+
+
+class _Replacement(NamedTuple):
+    """A private Inductor method that :func:`per_leaf_loops` replaces, and what the
+    replacement expects of Inductor."""
+
+    target: str  # "module.Class.method", the module a key of _MODULES
+    signatures: tuple[tuple[str, ...], ...]  # its parameter names, in the versions known
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]]  # original -> replacement
+    optimization: str  # what the step loses without it, for the warning
+    reads: tuple[str, ...] = ()  # the other internals the replacement calls or reads
+    configs: tuple[tuple[str, Any], ...] = ()  # Inductor configs set while it is installed
+
+
+_MODULES = {"cpp": cpp, "config": config, "ir": ir, "scheduler": scheduler, "utils": utils}
+_ABSENT = object()
+_warned: set[str] = set()
+
+
+def _warn_once(topic: str, message: str) -> None:
+    """Issues ``message`` as a ``UserWarning`` the first time this process warns on
+    ``topic``."""
+    if topic not in _warned:
+        _warned.add(topic)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _resolve(path: str) -> Any:
+    """The object at ``path`` ("module.Class.attribute"); ``AttributeError`` if absent."""
+    module, *names = path.split(".")
+    return functools.reduce(getattr, names, _MODULES[module])
+
+
+def _mismatch(replacement: _Replacement) -> str | None:
+    """What in this Inductor differs from what ``replacement`` expects, or ``None``."""
+    for path in (replacement.target, *replacement.reads,
+                 *(f"config.{name}" for name, _ in replacement.configs)):
+        try:
+            _resolve(path)
+        except AttributeError:
+            return f"{path} is missing"
+    parameters = tuple(inspect.signature(_resolve(replacement.target)).parameters)
+    if parameters not in replacement.signatures:
+        return (f"{replacement.target} takes ({', '.join(parameters)}), not "
+                + " or ".join(f"({', '.join(known)})" for known in replacement.signatures))
+    return None
+
+
+def _put_back(owner: type, name: str, original: Any) -> None:
+    """Restores ``owner.name`` to ``original``, its own attribute before, or to inheriting
+    it (``_ABSENT``)."""
+    if original is _ABSENT:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, original)
 
 
 def _fused_when_leaves_fill_the_threads(check: Callable[..., bool]) -> Callable[..., bool]:
@@ -390,7 +466,9 @@ def _reductions_keep_the_leaf_loop(compute_attrs: Callable[..., None]) -> Callab
             _, body, (axes, _) = self.node.get_default_sizes_body()
             if len(axes) > 1:
                 # An index that reads the first axis alone keeps it unmerged.
-                extra_indexing_constraints = (body.var_ranges, [axes[0]])
+                # A pair before PyTorch 2.14, a dataclass of the two since.
+                constraints = getattr(ir, "ExtraIndexingConstraints", lambda *pair: pair)
+                extra_indexing_constraints = constraints(body.var_ranges, [axes[0]])
         compute_attrs(self, extra_indexing_constraints, recompute_sizes_body_func)
 
     return reductions_keep_the_leaf_loop
@@ -437,3 +515,55 @@ def _leaf_span(dep: Any) -> tuple[Any, Any] | None:
     if not isinstance(offset, sympy.Integer) or offset < 0 or offset + highest >= stride:
         return None
     return leaves, stride
+
+
+_NODES = ("self", "node1", "node2")
+_CAN_SHARE_A_LOOP = ("cpp.CppScheduling._can_fuse_horizontal_impl",
+                     "cpp.CppScheduling._get_outer_loop_fusion_depth",
+                     "scheduler.BaseSchedulerNode.is_template",
+                     "scheduler.BaseSchedulerNode.get_operation_names")
+
+# What :func:`per_leaf_loops` replaces, in the order of its docstring's list. Signatures are
+# parameter names as ``inspect.signature`` gives them, in PyTorch 2.13 to 2.15.
+_REPLACEMENTS = (
+    _Replacement("cpp.OuterLoopFusedSchedulerNode.check_outer_fusion_loop_level_attr",
+                 (("self", "cpp_kernel_proxy_list", "outer_loop_fusion_depth"),),
+                 _fused_when_leaves_fill_the_threads,
+                 "outer loop fusion of leaves much longer than their number",
+                 reads=("utils.parallel_num_threads",)),
+    _Replacement("cpp.TilingSelect.select_tiling",
+                 (("self", "fn_list", "var_sizes_list"),), _per_leaf_values_unvectorized,
+                 "scalar loops for per-leaf values", reads=("cpp.KernelOpStats",)),
+    _Replacement("cpp.CppScheduling.can_fuse_horizontal", (_NODES,), _independent_loops_nest,
+                 "nesting of independent loops over the leaves", reads=_CAN_SHARE_A_LOOP),
+    _Replacement("cpp.CppScheduling.can_fuse_vertical_outer_loop", (_NODES,),
+                 _independent_loops_nest, "nesting of independent loops over the leaves",
+                 reads=_CAN_SHARE_A_LOOP),
+    _Replacement("scheduler.Scheduler._score_fusion_memory_for_can_fuse",
+                 ((*_NODES, "allow_mix_order_reduction", "index_equivalent_dep_names"),
+                  (*_NODES, "allow_mix_order_reduction")),
+                 _shared_data_or_loops,
+                 "fusion of loops that share data in other orders or share reduction loops",
+                 reads=("config.score_fusion_memory_threshold",
+                        "scheduler.BaseSchedulerNode.is_cpu",
+                        "scheduler.BaseSchedulerNode.is_reduction"),
+                 configs=(("aggressive_fusion", True),)),
+    _Replacement("cpp.CppScheduling._can_fuse_horizontal_impl", (_NODES,),
+                 _not_when_reading_in_other_orders,
+                 "nesting, not tiling, of loops that read a leaf in other orders"),
+    _Replacement("cpp.CppScheduling._get_outer_loop_fusion_depth", (_NODES,),
+                 _the_loop_over_the_leaves, "outer loop fusion over the leaves alone",
+                 reads=("cpp.OuterLoopFusedSchedulerNode.get_outer_nodes",)),
+    _Replacement("scheduler.Scheduler.can_fuse_vertical",
+                 ((*_NODES, "index_equivalent_dep_names"), _NODES), _leaf_by_leaf_reads_nest,
+                 "nesting of consumers that read their producer leaf by leaf",
+                 reads=("scheduler.Scheduler.fusable_read_and_write",
+                        "scheduler.Scheduler.get_backend",
+                        "cpp.OuterLoopFusedSchedulerNode.get_outer_nodes",
+                        *_CAN_SHARE_A_LOOP)),
+    _Replacement("scheduler.SchedulerNode._compute_attrs",
+                 (("self", "extra_indexing_constraints", "recompute_sizes_body_func"),),
+                 _reductions_keep_the_leaf_loop, "a loop over the leaves for reductions",
+                 reads=("ir.ComputedBuffer.get_reduction_type",
+                        "ir.ComputedBuffer.get_default_sizes_body")),
+)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import optax_compat
 from optax_compat._src import inductor_passes
 
 
@@ -118,3 +121,95 @@ def test_a_consumer_nests_with_its_producer_only_when_it_reads_within_each_leaf(
     assert not within(read(400 * leaf + col), write, 100)  # another loop over the leaves
     assert not within(MemoryDep("other", 400 * leaf + col, (leaf, row, col), (200, 400, 400)),
                       write, 200)
+
+
+@pytest.fixture
+def warnings_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The passes warn as if for the first time in this process; their record of what they
+    warned about is restored afterwards."""
+    monkeypatch.setattr(inductor_passes, "_warned", set())
+
+
+def _sm3_params(compile_with: str | None) -> tuple[list[torch.Tensor], list[str]]:
+    """The params after two stacked SM3 steps compiled with ``compile_with`` (``None``:
+    eagerly), and the messages of the warnings the fused step issued."""
+    generator = torch.Generator().manual_seed(0)
+    params = {"b": torch.randn(5, generator=generator),
+              **{f"w{i}": torch.randn(6, 5, generator=generator) for i in range(3)}}
+    step = optax_compat.fused_step(optax_compat.sm3(1e-2), params, backend=compile_with)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            step({name: torch.randn(p.shape, generator=generator)
+                  for name, p in params.items()})
+    ours = [str(w.message) for w in caught if "optax_compat.fused_step" in str(w.message)]
+    return list(params.values()), ours
+
+
+def _with_signature_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's ``select_tiling`` gains a parameter, as a later PyTorch might give it."""
+    from torch._inductor.codegen import cpp
+
+    select_tiling = cpp.TilingSelect.select_tiling
+
+    def widened(self, fn_list, var_sizes_list, vec_dtype=None):
+        return select_tiling(self, fn_list, var_sizes_list)
+
+    monkeypatch.setattr(cpp.TilingSelect, "select_tiling", widened)
+
+
+def _with_method_renamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The method we replace for ``select_tiling`` is looked for under a name this Inductor
+    lacks, as if a later PyTorch had renamed it."""
+    renamed = [entry._replace(target=entry.target.replace("select_tiling", "choose_tiling"))
+               for entry in inductor_passes._REPLACEMENTS]
+    monkeypatch.setattr(inductor_passes, "_REPLACEMENTS", tuple(renamed))
+
+
+@pytest.mark.parametrize(("mismatch", "reason"), [
+    (_with_signature_changed, "select_tiling takes (self, fn_list, var_sizes_list, vec_dtype)"),
+    (_with_method_renamed, "cpp.TilingSelect.choose_tiling is missing"),
+], ids=["signature_changed", "method_renamed"])
+def test_internals_of_another_shape_cost_one_optimization_and_one_warning(
+        mismatch, reason, monkeypatch, warnings_afresh):
+    """Where Inductor's internals differ from what a replacement expects, that replacement is
+    not installed: the step compiles without it, gives the same numbers, and warns once per
+    process naming what it loses; the other replacements are installed as usual."""
+    from torch._inductor import config, scheduler
+    from torch._inductor.codegen import cpp
+
+    mismatch(monkeypatch)
+    expected, _ = _sm3_params(None)
+    with config.patch(force_disable_caches=True):  # compiled here, not read from the cache
+        got, messages = _sm3_params("inductor")
+    for got_leaf, expected_leaf in zip(got, expected, strict=True):
+        torch.testing.assert_close(got_leaf, expected_leaf)
+    assert len(messages) == 1, messages
+    assert reason in messages[0] and "scalar loops for per-leaf values" in messages[0]
+    select_tiling = cpp.TilingSelect.select_tiling
+    score = scheduler.Scheduler._score_fusion_memory_for_can_fuse
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with inductor_passes.per_leaf_loops():
+            assert cpp.TilingSelect.select_tiling is select_tiling  # not replaced
+            assert scheduler.Scheduler._score_fusion_memory_for_can_fuse is not score
+    assert not caught  # warned once per process, not per compilation
+
+
+def test_a_pass_that_raises_falls_back_to_stock_inductor_with_one_warning(
+        monkeypatch, warnings_afresh):
+    """Should one of our replacements raise inside Inductor (internals changed in a way the
+    checks cannot see), the step compiles with stock Inductor: same numbers, one warning."""
+    from torch._inductor import config
+
+    def broken(node1, node2):
+        raise AttributeError("'SchedulerNode' object has no attribute 'read_writes'")
+
+    monkeypatch.setattr(inductor_passes, "_touch_a_common_buffer", broken)
+    expected, _ = _sm3_params(None)
+    with config.patch(force_disable_caches=True):  # compiled here, not read from the cache
+        got, messages = _sm3_params("inductor")
+    for got_leaf, expected_leaf in zip(got, expected, strict=True):
+        torch.testing.assert_close(got_leaf, expected_leaf)
+    assert len(messages) == 1, messages
+    assert "stock Inductor" in messages[0] and "read_writes" in messages[0]
