@@ -259,3 +259,22 @@ def test_signatures_match_optax(name):
         assert getattr(_galore, state)._fields == getattr(optax_contrib, state)._fields
         assert getattr(_galore, state)._field_defaults == getattr(
             optax_contrib, state)._field_defaults
+
+
+def test_a_none_leaf_is_skipped_where_optax_cannot_init():
+    """A ``None`` (empty) subtree, which the property tests leave out of GaLore: Optax's
+    ``init`` reads every leaf's dtype and raises; here the leaf is skipped (``None`` update)
+    and the matrix gets Optax's update for the same tree without it."""
+    matrix = torch.tensor([0.98, 6.69], dtype=torch.float64)
+    grad = torch.tensor([-6.3, 4.6], dtype=torch.float64)
+    with jax_precision(torch.float64), pytest.raises(AttributeError, match="dtype"):
+        optax_contrib.galore(0.01).init({"m": to_jax(matrix), "d": None})
+    tx = ox.contrib.galore(0.01)
+    updates, _ = tx.update({"m": grad, "d": None}, tx.init({"m": matrix, "d": None}),
+                           {"m": matrix, "d": None})
+    assert updates["d"] is None
+    with jax_precision(torch.float64):
+        theirs_tx = optax_contrib.galore(0.01)
+        theirs, _ = theirs_tx.update({"m": to_jax(grad)}, theirs_tx.init({"m": to_jax(matrix)}),
+                                     {"m": to_jax(matrix)})
+        assert_leaves_close(updates["m"], theirs["m"])

@@ -1,5 +1,6 @@
 """schedule_free, its SGD/AdamW shortcuts and schedule_free_eval_params against real Optax."""
 
+import numpy as np
 import optax
 import pytest
 import torch
@@ -100,3 +101,18 @@ def test_eval_params_needs_a_schedule_free_state():
     with pytest.raises(ValueError, match="ScheduleFreeState"):
         _schedule_free.schedule_free_eval_params(
             _schedule_free.ScheduleFreeState(None, None, None, None, None, None), make_tree())
+
+
+def test_b1_zero_on_a_zero_scalar_is_nan_as_in_optax():
+    """``b1 = 0`` (a draw the property tests leave out, as Optax divides by ``b1``) on a 0-d
+    zero parameter: ``x = (y - (1 - b1) z) / b1`` is ``0 / 0``, NaN updates in Optax as here."""
+    params = {"a": torch.zeros(())}
+    grads = [{"a": torch.tensor(0.5)}, {"a": torch.tensor(-1.0)}]
+    ours_tx, theirs_tx = (lib.contrib.schedule_free_sgd(0.1, b1=0.0) for lib in (ox, optax))
+    ours_state, theirs_state = ours_tx.init(params), theirs_tx.init(to_jax(params))
+    for grad in grads:
+        ours, ours_state = ours_tx.update(grad, ours_state, params)
+        theirs, theirs_state = theirs_tx.update(to_jax(grad), theirs_state, to_jax(params))
+        assert bool(torch.isnan(torch.from_numpy(np.asarray(theirs["a"])))), "Optax's update"
+        assert_leaves_close(ours, theirs)
+        assert_leaves_close(ours_state, theirs_state)
