@@ -15,6 +15,7 @@ import torchopt_fn as torchopt
 from optax_compat._src import adam_engine
 from optax_compat.testing import assert_leaves_close, make_tree, to_jax
 from optax_compat.transforms import chain
+from tests.conftest import TEST_DEVICE
 
 # Optax op by op and Optax under jax.jit differ by about 2e-7 of the largest update per float32
 # step; the multi-tensor paths stay within twice that. The fused kernel rounds in another order
@@ -259,10 +260,10 @@ def build_alias(name: str) -> Any:
 
 def strided_views(seed: int) -> dict[str, dict[str, torch.Tensor]]:
     """Gradient trees whose leaves are views with unusual layouts, by kind."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(TEST_DEVICE).manual_seed(seed)
 
     def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=generator)
+        return torch.randn(shape, generator=generator, device=TEST_DEVICE)
 
     return {
         "strided": {"v": torch.arange(1.0, 7.0)[::2] * randn(3), "w": randn(8, 3)[::2]},
@@ -307,11 +308,11 @@ def test_strided_gradient_gives_optax_first_moment() -> None:
 
 
 @pytest.mark.parametrize("mode", ["pure", "inplace"])
-def test_complex_split_matches_contiguous_parts(mode: str) -> None:
+def test_complex_split_matches_contiguous_parts(mode: str, device: torch.device) -> None:
     # ``inplace`` reaches the inner adam only through a transformation that declares it.
-    generator = torch.Generator().manual_seed(0)
-    params = {"z": torch.randn(4, 3, dtype=torch.complex64, generator=generator)}
-    grads = [{"z": torch.randn(4, 3, dtype=torch.complex64, generator=generator)}
+    generator = torch.Generator(device).manual_seed(0)
+    params = {"z": torch.randn(4, 3, dtype=torch.complex64, generator=generator, device=device)}
+    grads = [{"z": torch.randn(4, 3, dtype=torch.complex64, generator=generator, device=device)}
              for _ in range(3)]
     split = optax_compat.with_extra_args_support(
         optax_compat.contrib.split_real_and_imaginary(optax_compat.adam(0.1)))
@@ -362,7 +363,7 @@ def test_torchopt_optimizers_read_views_as_their_values(optimizer: str, accelera
 @pytest.mark.parametrize(("name", "mode"), [
     (name, mode) for name in ("adam", "adamw", "lion") for mode in ("pure", "inplace", "apply")
     if (name, mode) != ("lion", "apply")])  # lion has no whole in-place step
-def test_inf_moments_match_optax(name: str, mode: str) -> None:
+def test_inf_moments_match_optax(name: str, mode: str, device: torch.device) -> None:
     import optax
 
     inf = float("inf")
@@ -389,7 +390,7 @@ def test_inf_moments_match_optax(name: str, mode: str) -> None:
             # The fused kernel's first moment is a ``lerp``: NaN where Optax's is infinite
             # from the first finite gradient after an infinite one (the parameters, NaN in
             # both, were compared above).
-            theirs_mu = torch.from_numpy(np.asarray(theirs_state[0].mu["w"]))
+            theirs_mu = torch.from_numpy(np.asarray(theirs_state[0].mu["w"])).to(device)
             at_inf = theirs_mu.isinf()
             ours_mu = ours_state[0].mu["w"][at_inf]
             assert (torch.isnan(ours_mu) if step else ours_mu == theirs_mu[at_inf]).all()

@@ -18,6 +18,7 @@ from hypothesis.extra import numpy as hnp
 
 import optax_compat
 from optax_compat.testing import ATOL, RTOL, compare_with_optax, make_tree, strategies
+from tests.conftest import TEST_DEVICE
 
 ALIASES = (
     "adabelief adadelta adafactor adagrad adam adamax adamaxw adamw adan amsgrad fromage lamb "
@@ -68,11 +69,12 @@ BOTH = (torch.float32, torch.float64)
 
 def factorable_tree(dtype: torch.dtype) -> dict:
     """A tree whose matrices are big enough for Adafactor to factor them."""
-    generator = torch.Generator().manual_seed(7)
-    return {"w": torch.randn(4, 6, generator=generator, dtype=dtype),
-            "conv": torch.randn(3, 5, 2, generator=generator, dtype=dtype),
-            "b": torch.randn(6, generator=generator, dtype=dtype),
-            "s": torch.randn((), generator=generator, dtype=dtype)}
+    generator = torch.Generator(TEST_DEVICE).manual_seed(7)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=generator, dtype=dtype, device=TEST_DEVICE)
+
+    return {"w": randn(4, 6), "conv": randn(3, 5, 2), "b": randn(6), "s": randn()}
 
 
 def decay_schedule(lib: Any) -> Any:
@@ -324,7 +326,7 @@ def test_noisy_sgd_is_reproducible_from_the_seed() -> None:
         out = []
         for _ in range(2):
             updates, state = tx.update(grads, state, params)
-            out.extend(leaf.numpy() for leaf in optree.tree_leaves(updates))
+            out.extend(leaf.cpu().numpy() for leaf in optree.tree_leaves(updates))
         return out
 
     for first, second in zip(run(5), run(5), strict=True):
@@ -450,15 +452,16 @@ def test_state_stable_and_inputs_untouched(name: str, data: st.DataObject) -> No
 
 
 @pytest.mark.parametrize("name", ALIASES)
-def test_inplace_update_gives_the_pure_updates_and_states(name: str) -> None:
+def test_inplace_update_gives_the_pure_updates_and_states(name: str,
+                                                          device: torch.device) -> None:
     """``inplace=True`` hands the gradients' buffers over, and nothing else (SM3 returns its
     new momentum as its update, which the alias's in-place ``scale`` once scaled inside the
     state)."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device).manual_seed(0)
 
     def tree() -> dict[str, torch.Tensor]:
-        return {"w": torch.randn(3, 4, generator=generator, dtype=torch.float64),
-                "b": torch.randn(5, generator=generator, dtype=torch.float64)}
+        return {"w": torch.randn(3, 4, generator=generator, dtype=torch.float64, device=device),
+                "b": torch.randn(5, generator=generator, dtype=torch.float64, device=device)}
 
     params, grads = tree(), [tree() for _ in range(3)]
     with warnings.catch_warnings():
@@ -484,9 +487,9 @@ TAKE_SPARSE = ("sgd",)
 
 
 @pytest.mark.parametrize("name", ALIASES)
-def test_a_sparse_gradient_is_refused_by_path_or_taken(name: str) -> None:
-    generator = torch.Generator().manual_seed(0)
-    params = {"emb": torch.randn(4, 3, generator=generator), "b": torch.randn(3)}
+def test_a_sparse_gradient_is_refused_by_path_or_taken(name: str, device: torch.device) -> None:
+    generator = torch.Generator(device).manual_seed(0)
+    params = {"emb": torch.randn(4, 3, generator=generator, device=device), "b": torch.randn(3)}
     sparse = torch.sparse_coo_tensor([[0, 2, 0]], torch.ones(3, 3), (4, 3))  # uncoalesced
     grads = {"emb": sparse, "b": torch.ones(3)}
     with warnings.catch_warnings():

@@ -142,20 +142,24 @@ def test_same_structure_while_tracing_agrees_with_dynamos_equality() -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(FLAT_TREES))
-def test_the_update_of_a_flat_tree_compiles_and_matches_eager(kind: str) -> None:
-    generator = torch.Generator().manual_seed(0)
-    params = FLAT_TREES[kind]([torch.randn(3, generator=generator) for _ in range(4)])
-    grads = FLAT_TREES[kind]([torch.randn(3, generator=generator) for _ in range(4)])
+def test_the_update_of_a_flat_tree_compiles_and_matches_eager(kind: str,
+                                                              device: torch.device) -> None:
+    generator = torch.Generator(device).manual_seed(0)
+    params = FLAT_TREES[kind]([torch.randn(3, generator=generator, device=device)
+                               for _ in range(4)])
+    grads = FLAT_TREES[kind]([torch.randn(3, generator=generator, device=device)
+                              for _ in range(4)])
     check_compilable(ox.chain(ox.clip_by_global_norm(1.0), ox.adamw(0.1)), params, grads,
                      backend="eager")
 
 
 @pytest.mark.parametrize("fullgraph", [False, True], ids=["default", "fullgraph"])
-def test_full_training_step_compiles(fullgraph: bool) -> None:
-    generator = torch.Generator().manual_seed(0)
-    params = {"w": torch.randn(4, 3, generator=generator), "b": torch.zeros(3)}
-    inputs, targets = torch.randn(8, 4, generator=generator), torch.randn(8, 3,
-                                                                          generator=generator)
+def test_full_training_step_compiles(fullgraph: bool, device: torch.device) -> None:
+    generator = torch.Generator(device).manual_seed(0)
+    params = {"w": torch.randn(4, 3, generator=generator, device=device),
+              "b": torch.zeros(3, device=device)}
+    inputs = torch.randn(8, 4, generator=generator, device=device)
+    targets = torch.randn(8, 3, generator=generator, device=device)
     tx = ox.adamw(0.1)
 
     def loss_fn(params: dict) -> torch.Tensor:

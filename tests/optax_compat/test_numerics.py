@@ -29,7 +29,7 @@ def test_gradient_is_zero_not_nan_at_zero(fn):
     assert torch.equal(grad, torch.zeros(3, dtype=torch.float64))
     with jax_precision(torch.float64):
         theirs = jax.grad(lambda v: getattr(optax, fn)(v, 0.1))(jnp.zeros(3))
-    np.testing.assert_array_equal(grad.numpy(), np.asarray(theirs))
+    np.testing.assert_array_equal(grad.cpu().numpy(), np.asarray(theirs))
 
 
 @pytest.mark.parametrize("min_rms", [0.0, 0.7, 10.0])
@@ -80,8 +80,8 @@ def test_multi_normal_samples_have_the_right_moments():
     dist = ox.multi_normal(torch.tensor([1.0, -2.0]), torch.tensor([0.0, np.log(3.0)]))
     samples = dist.sample((20000,), key=0)
     assert samples.shape == (20000, 2)
-    np.testing.assert_allclose(samples.mean(0).numpy(), [1.0, -2.0], atol=0.1)
-    np.testing.assert_allclose(samples.std(0).numpy(), [1.0, 3.0], rtol=0.05)
+    np.testing.assert_allclose(samples.mean(0).cpu().numpy(), [1.0, -2.0], atol=0.1)
+    np.testing.assert_allclose(samples.std(0).cpu().numpy(), [1.0, 3.0], rtol=0.05)
     assert torch.equal(samples, dist.sample((20000,), key=0))
 
 

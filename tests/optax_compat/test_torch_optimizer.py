@@ -1,6 +1,6 @@
 """optax_compat.TorchOptimizer and torchopt_fn's optimizers inside PyTorch's training stack.
 
-Each tool (every ``torch.optim.lr_scheduler`` scheduler, ``GradScaler`` under CPU autocast,
+Each tool (every ``torch.optim.lr_scheduler`` scheduler, ``GradScaler`` under bf16 autocast,
 ``clip_grad_norm_``, ``torch.distributed.checkpoint``, ``weights_only`` checkpoints) drives our
 optimizer and ``torch.optim.AdamW`` side by side on the same inputs; the parameters must agree.
 """
@@ -20,6 +20,7 @@ from torch.optim import lr_scheduler
 
 import optax_compat as optax
 import torchopt_fn
+from tests.conftest import TEST_DEVICE
 from tests.optax_compat.test_alias import ALIASES
 from tests.torchopt_fn.models import mlp
 
@@ -42,8 +43,9 @@ def make(request):
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(step)
-    return torch.randn(16, 3, generator=generator), torch.randn(16, 2, generator=generator)
+    generator = torch.Generator(TEST_DEVICE).manual_seed(step)
+    return torch.randn(16, 3, generator=generator, device=TEST_DEVICE), torch.randn(
+        16, 2, generator=generator, device=TEST_DEVICE)
 
 
 def train_step(model, optimizer, step: int) -> torch.Tensor:
@@ -422,16 +424,16 @@ def test_clip_grad_norm_before_step_matches_torch(make):
     assert_same_params(model, reference)
 
 
-def test_grad_scaler_with_bf16_autocast_matches_torch(make):
+def test_grad_scaler_with_bf16_autocast_matches_torch(make, device):
     model, optimizer, reference, reference_optimizer = pair(make)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=2)
-    reference_scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=2)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0 ** 12, growth_interval=2)
+    reference_scaler = torch.amp.GradScaler(device.type, init_scale=2.0 ** 12, growth_interval=2)
     poisoned = {3: math.inf, 5: math.nan}
     for step in range(8):
         x, y = batch(step)
         optimizer.zero_grad()
         reference_optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = mse_loss(model(x), y)
         assert loss.dtype == torch.float32 and model(x).dtype == torch.float32
         scaler.scale(loss).backward()

@@ -10,6 +10,7 @@ import torch
 import torchopt_fn as torchopt
 from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import assert_trees_all_close
+from tests.conftest import TEST_DEVICE
 from torchopt_fn import _graph_tags
 
 ALIASES = {
@@ -30,11 +31,13 @@ ALIASES = {
 
 
 def params_and_grads(dtype: torch.dtype, step: int) -> tuple[dict, dict]:
-    generator = torch.Generator().manual_seed(100 + step)
-    params = {"w": torch.randn(4, 3, generator=generator, dtype=dtype),
-              "b": torch.randn(3, generator=generator, dtype=dtype), "none": None}
-    grads = tree_math.tree_map(lambda p: torch.randn(p.shape, generator=generator, dtype=dtype),
-                               params)
+    generator = torch.Generator(TEST_DEVICE).manual_seed(100 + step)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=generator, dtype=dtype, device=TEST_DEVICE)
+
+    params = {"w": randn(4, 3), "b": randn(3), "none": None}
+    grads = tree_math.tree_map(lambda p: randn(*p.shape), params)
     return params, grads
 
 
@@ -167,9 +170,10 @@ def test_apply_updates_rejects_mismatched_trees_and_skips_none_updates():
         torch.testing.assert_close(new["b"], torch.ones(2))
 
 
-def test_clip_grad_norm_matches_torch():
-    grads = [torch.randn(3, 4, generator=torch.Generator().manual_seed(1)) * 10,
-             torch.randn(5, generator=torch.Generator().manual_seed(2))]
+def test_clip_grad_norm_matches_torch(device):
+    grads = [torch.randn(3, 4, generator=torch.Generator(device).manual_seed(1),
+                         device=device) * 10,
+             torch.randn(5, generator=torch.Generator(device).manual_seed(2), device=device)]
     reference = [g.clone().requires_grad_() for g in grads]
     for r, g in zip(reference, grads, strict=True):
         r.grad = g.clone()
@@ -223,7 +227,11 @@ def test_accelerated_op_reports_the_fused_path():
     assert torchopt.accelerated_op_available("cpu") is True
     assert torchopt.accelerated_op_available(["cpu", "meta"]) is True
     assert torchopt.accelerated_op.fast_path("cpu") == "fused"
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        assert torchopt.accelerated_op_available() is True
+        assert torchopt.accelerated_op_available(["cpu", 0]) is True
+        assert torchopt.accelerated_op.fast_path("cuda") == "fused"
+    else:
         assert torchopt.accelerated_op_available() is False
         assert torchopt.accelerated_op_available(["cpu", 0]) is False
         assert torchopt.accelerated_op.fast_path("cuda") == "foreach"

@@ -9,6 +9,7 @@ import torch
 
 import torchopt_fn as torchopt
 from optax_compat.testing import tolerance
+from tests.conftest import TEST_DEVICE
 from tests.torchopt_fn.models import mlp
 
 # (ours, torch's, keyword arguments common to both)
@@ -39,9 +40,9 @@ IDS = [f"{ours.__name__}-{'-'.join(map(str, kwargs))}" for ours, _, kwargs in CA
 
 
 def batch(step: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(step)
-    return (torch.randn(16, 3, generator=generator, dtype=dtype),
-            torch.randn(16, 2, generator=generator, dtype=dtype))
+    generator = torch.Generator(TEST_DEVICE).manual_seed(step)
+    return (torch.randn(16, 3, generator=generator, dtype=dtype, device=TEST_DEVICE),
+            torch.randn(16, 2, generator=generator, dtype=dtype, device=TEST_DEVICE))
 
 
 def train_step(model: torch.nn.Module, optimizer, step: int, dtype: torch.dtype) -> None:
