@@ -15,6 +15,7 @@ References:
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional, Union
 
@@ -135,13 +136,26 @@ class SophiaState(NamedTuple):
     hessian_fn_state: Any
 
 
+# One worker, so the reports print in step order.
+_REPORTS = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                 thread_name_prefix="sophia-win-rate")
+
+
 def _report_win_rate(updates: tm.Leaves, clip_threshold: Scalar, count: torch.Tensor,
                      every_n_steps: int) -> None:
-    """Prints the fraction of unclipped coordinates (reads the device: verbose mode only)."""
-    if every_n_steps != 0 and int(count) % every_n_steps != 0:
-        return
-    not_clipped = sum(int(torch.sum(torch.abs(u) < clip_threshold)) for u in updates)
-    print(f"Sophia optimizer win rate: {not_clipped / sum(u.numel() for u in updates)}")
+    """Prints the fraction of unclipped coordinates at the steps that are multiples of
+    ``every_n_steps`` (every step for 0). Both are computed on the device and read on a worker
+    thread, as ``jax.debug.print`` prints from a host callback: ``update`` never waits on them.
+    """
+    not_clipped = tm.sum_scalars([torch.sum(torch.abs(u) < clip_threshold) for u in updates])
+    rate = not_clipped / sum(u.numel() for u in updates)
+    due = count % every_n_steps == 0 if every_n_steps != 0 else None
+    _REPORTS.submit(_print_win_rate, rate, due)
+
+
+def _print_win_rate(rate: torch.Tensor, due: Optional[torch.Tensor]) -> None:
+    if due is None or bool(due):
+        print(f"Sophia optimizer win rate: {float(rate)}")
 
 
 def scale_by_sophia(

@@ -1,6 +1,8 @@
 """sophia and hutchinson_estimator_diag_hessian against real Optax (exact on separable
 objectives, whose Hessian is diagonal) and statistically."""
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -119,12 +121,29 @@ def test_hutchinson_checks_its_arguments_and_is_differentiable():
     torch.testing.assert_close(gradient, torch.full((2,), 6.0))
 
 
-def test_sophia_verbose_prints_the_win_rate(capsys):
-    tx = _sophia.sophia(0.1, verbose=True, print_win_rate_every_n_steps=2)
+def test_sophia_verbose_prints_the_win_rate_without_reading_the_device_in_update(
+        capsys, monkeypatch):
+    # A deterministic estimator: the random one seeds on the host.
+    squares = ox.stateless(lambda updates, params: ox.tree_utils.tree_mul(updates, updates))
+    tx = _sophia.sophia(0.1, verbose=True, print_win_rate_every_n_steps=2,
+                        hessian_diagonal_fn=squares)
     params = make_tree()
     state = tx.init(params)
+    reads = []
+    for method in ("__bool__", "item", "__int__", "__float__"):
+        original = getattr(torch.Tensor, method)
+
+        def read(self, *args, original=original):
+            if threading.current_thread() is threading.main_thread():
+                reads.append(original)
+            return original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, method, read)
     for step in range(4):
-        _, state = tx.update(make_tree(seed=step + 1), state, params, obj_fn=_torch_objective)
+        _, state = tx.update(make_tree(seed=step + 1), state, params)
+    _sophia._REPORTS.submit(lambda: None).result()  # the reports printed so far
+    monkeypatch.undo()
+    assert reads == []
     assert capsys.readouterr().out.count("Sophia optimizer win rate: ") == 2
 
 
