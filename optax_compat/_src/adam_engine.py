@@ -461,7 +461,9 @@ def inplace_step(tx: Any) -> Optional[StepFn]:
 
     ``step(params, grads, state) -> state`` applies one step by writing into ``params`` and
     the buffers of ``state`` (same state as ``tx.init``, same numbers as ``update`` then
-    ``apply_updates``); ``grads`` are read and may be overwritten. The ``adam``/``adamw``
+    ``apply_updates``); ``grads`` are read and may be overwritten, unless the step is called
+    with ``keep_grads=True`` (then the paths that would write them get copies: the fused
+    kernel only reads them, and copies nothing). The ``adam``/``adamw``
     aliases (of ``optax_compat`` and ``torchopt_fn``) have one; wrapping a transformation
     (``chain``, ``inject_hyperparams``, ...) gives one without.
 
@@ -492,7 +494,7 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
     """
 
     def run(updates: Any, state: Any, params: Any, mode: Mode,
-            fallback: Callable[[], Any]) -> Any:
+            fallback: Callable[[Any], Any], keep_updates: bool = False) -> Any:
         adam_index = _adam_state_index(state)
         adam_state, lr_state = state[adam_index], state[-1]
         gs, spec = tm.flatten(updates)
@@ -501,8 +503,11 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
         param_leaves = (None if params is None
                         else bb.params_leaves(params, spec, updates, "adam"))
         path = plan(hp, gs, mus, nus, mode, terms, param_leaves)
+        if keep_updates and path != "kernel":  # every other in-place path writes into them
+            gs = tm.clone(gs)
+            updates = tm.unflatten(spec, gs)
         if path == "formula" or (path == "foreach" and mode != "apply"):
-            return fallback()
+            return fallback(updates)
         lr = terms.learning_rate
         if callable(lr):
             lr = lr(lr_state.count)
@@ -533,18 +538,18 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
         if inplace or not terms.fused_kernel:  # the engine runs these as whole steps only
             return chain_update(updates, state, params, inplace)
         return run(updates, state, params, "pure",
-                   lambda: chain_update(updates, state, params, False))
+                   lambda incoming: chain_update(incoming, state, params, False))
 
-    def apply_step(params: base.Params, grads: base.Updates,
-                   state: base.OptState) -> base.OptState:
-        def fallback() -> Any:
-            updates, new_state = chain_update(grads, state, params, True)
+    def apply_step(params: base.Params, grads: base.Updates, state: base.OptState, *,
+                   keep_grads: bool = False) -> base.OptState:
+        def fallback(incoming: Any) -> Any:
+            updates, new_state = chain_update(incoming, state, params, True)
             tm.add_(tm.leaves(params), tm.leaves_like(updates, tm.treespec(params), "updates",
                                                       params))
             return new_state
 
         with torch.no_grad():
-            return run(grads, state, params, "apply", fallback)
+            return run(grads, state, params, "apply", fallback, keep_grads)
 
     update.apply_step = bb.tolerates_none_step(apply_step)  # type: ignore[attr-defined]
     return update

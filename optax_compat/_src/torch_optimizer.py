@@ -222,8 +222,9 @@ class TorchOptimizer(torch.optim.Optimizer):
             optimizer).
           tx: the transformation, e.g. ``optax_compat.chain(optax_compat.clip_by_global_norm(1.0),
             optax_compat.inject_hyperparams(optax_compat.adam)(learning_rate=1e-3))``.
-          inplace: pass ``inplace=True`` to the transformation: it may reuse the state buffers
-            and overwrite the ``.grad`` tensors (faster; nothing else changes).
+          inplace: pass ``inplace=True`` to the transformation: it reuses the state buffers
+            (faster; nothing else changes). It writes into copies of the ``.grad`` tensors,
+            which a step only reads, as ``torch.optim``'s do.
 
         Raises:
           TypeError: if ``tx`` is not a gradient transformation.
@@ -405,12 +406,22 @@ class TorchOptimizer(torch.optim.Optimizer):
         """
         if self.inplace:
             extra_args = {**extra_args, "inplace": True}
+            # The in-place request hands the incoming updates over as scratch: not the user's.
+            grads = self._own_gradients(params, grads)
         updates, state = self._transformation(group).update(grads, state, params, **extra_args)
         moved = [i for i, flag in enumerate(stepped) if flag]
         targets = [params[i] for i in moved]
         tree_math.add_(targets, [updates[i] if updates[i].dtype == params[i].dtype
                                  else updates[i].to(params[i].dtype) for i in moved])
         return state
+
+    @staticmethod
+    def _own_gradients(params: tuple[torch.Tensor, ...],
+                       grads: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """``grads`` with copies in place of the parameters' ``.grad`` tensors (the others,
+        such as zeros for a missing gradient, are the step's own already)."""
+        return tuple(g.clone() if g is user else g for g, user in zip(
+            grads, tree_math.attributes("grad", params), strict=True))
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Updates every parameter that has a ``.grad``, like :meth:`torch.optim.Optimizer.step`.

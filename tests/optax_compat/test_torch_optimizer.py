@@ -284,8 +284,8 @@ def test_compiled_step_matches_torch(make, compiled, inplace):
 
 
 def test_compiled_inplace_adam_leaves_the_gradients_alone():
-    """Eager, the in-place Adam step forms its denominators in the gradients' buffers; compiled,
-    it does not (Inductor keeps them in registers: one write pass less)."""
+    """Compiled, the in-place Adam step forms its denominators out of place (Inductor keeps them
+    in registers: one write pass less); eager, in the buffers of copies of the gradients."""
     model = mlp()
     optimizer = optax.TorchOptimizer(model.parameters(), optax.adam(1e-2), inplace=True)
     torch._dynamo.reset()

@@ -367,16 +367,17 @@ def tolerates_none_step(step: StepFn) -> StepFn:
 
     The step runs on the parameters whose gradient is present; the others and their state
     entries are left exactly as they were, as :func:`tolerates_none` does for ``update``.
+    Keyword options are passed on to ``step``.
     """
 
     @functools.wraps(step)
-    def step_present(params: Any, grads: Any, state: Any) -> Any:
+    def step_present(params: Any, grads: Any, state: Any, **options: Any) -> Any:
         plan = _present_check(grads)
         if plan is None:
-            return step(params, grads, state)
+            return step(params, grads, state, **options)
         hidden_params, hidden_state = plan.params(params), plan.state(state)
         if hidden_params is params and not plan.state_hidden:  # only Optax's empty subtrees
-            return step(params, grads, state)
-        return plan.restore(state, step(hidden_params, grads, hidden_state))
+            return step(params, grads, state, **options)
+        return plan.restore(state, step(hidden_params, grads, hidden_state, **options))
 
     return step_present
