@@ -21,8 +21,9 @@ class Adam(HyperparameterOptimizer):
     parameter group (``param_groups[i]['lr']``, ``'betas'``, ...), which schedulers may change.
     Each step is the alias's whole in-place step (:func:`optax_compat.inplace_step`), on the
     same state: with ``use_accelerated_op=True`` (and no ``eps_root``) PyTorch's fused Adam
-    kernel, else the Adam engine's multi-tensor path (the gradients' buffers hold its
-    temporaries, as TorchOpt's ``inplace=True`` steps overwrite them).
+    kernel, else the Adam engine's multi-tensor path (whose temporaries live in copies of the
+    gradients: TorchOpt's ``inplace=True`` steps overwrite the gradients, ``torch.optim``'s and
+    these only read them).
     """
 
     def __init__(

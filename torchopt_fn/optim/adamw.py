@@ -22,8 +22,9 @@ class AdamW(HyperparameterOptimizer):
     (``mask`` is fixed). Each step is the alias's whole in-place step
     (:func:`optax_compat.inplace_step`), on the same state: with ``use_accelerated_op=True``
     (and no ``eps_root``) PyTorch's fused AdamW kernel, else the Adam engine's multi-tensor path
-    (the gradients' buffers hold its temporaries, as TorchOpt's ``inplace=True`` steps
-    overwrite them; with a ``mask``, the chain's transformations one after another).
+    (whose temporaries live in copies of the gradients: TorchOpt's ``inplace=True`` steps
+    overwrite the gradients, ``torch.optim``'s and these only read them; with a ``mask``, the
+    chain's transformations one after another).
     """
 
     def __init__(

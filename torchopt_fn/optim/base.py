@@ -52,8 +52,9 @@ class Optimizer(TorchOptimizer):
       without ``'params'`` is refused, not taken for a tree of parameters.
 
     As in TorchOpt, each group is one tree for ``impl`` (global clipping sees the whole group),
-    and a step may reuse the state buffers and overwrite the ``.grad`` tensors
-    (``inplace=True``). Parameters whose ``.grad`` is ``None`` are skipped as by ``torch.optim``.
+    and a step reuses the state buffers (``inplace=True``); unlike TorchOpt's, it only reads the
+    ``.grad`` tensors, as ``torch.optim``'s steps do (the in-place paths that would write into
+    them get copies). Parameters whose ``.grad`` is ``None`` are skipped as by ``torch.optim``.
     The aliases (:class:`~torchopt_fn.Adam`, :class:`~torchopt_fn.SGD`, ...) keep their
     hyper-parameters in the groups, so schedulers and per-group values work on them.
     """
@@ -99,9 +100,9 @@ class Optimizer(TorchOptimizer):
             optax_base.GradientTransformationExtraArgs, StepFn | None]:
         """The transformation of ``group`` and an in-place step replacing it (or ``None``).
 
-        The step, ``step(params, grads, state) -> state``, does the whole update in place on
-        the same state: the transformation's own whole step (:func:`optax_compat.inplace_step`,
-        the fused Adam kernels), when it has one.
+        The step, ``step(params, grads, state, *, keep_grads) -> state``, does the whole update
+        in place on the same state: the transformation's own whole step
+        (:func:`optax_compat.inplace_step`, the fused Adam kernels), when it has one.
         """
         del group
         return self.tx, self._inplace_step
@@ -117,7 +118,7 @@ class Optimizer(TorchOptimizer):
             return super()._apply(group, params, grads, state, stepped, extra_args)
         kept = ([] if all(stepped) else
                 [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag])
-        state = fused_step(params, grads, state)
+        state = fused_step(params, grads, state, keep_grads=True)
         for p, value in kept:
             p.copy_(value)
         return state
