@@ -208,11 +208,16 @@ def test_func_optimizer_leaves_unused_leaves_and_their_state():
     torch.testing.assert_close(adam_state.mu["unused"], torch.zeros(1), rtol=0, atol=0)
 
 
-def test_inplace_functional_step_through_graph_raises_instead_of_losing_meta_gradient():
+def test_inplace_functional_step_of_a_leaf_updates_it_outside_autograd_and_warns_once():
+    # TorchOpt adds such updates to p.data; the meta-gradient through the step is lost.
     params = {"w": torch.tensor([1.0, 2.0], requires_grad=True)}
-    optimizer = torchopt.FuncOptimizer(torchopt.sgd(lr=0.1), inplace=True)
-    with pytest.raises(RuntimeError, match="meta-gradient would be lost"):
-        optimizer.step((params["w"] ** 2).sum(), params)
+    optimizer = torchopt.FuncOptimizer(torchopt.sgd(lr=0.1, weight_decay=0.5), inplace=True)
+    with pytest.warns(UserWarning, match=r"parameter at \['w'\] outside autograd") as record:
+        new = optimizer.step((params["w"] ** 2).sum(), params)
+        new = optimizer.step((new["w"] ** 2).sum(), new)
+    assert len(record) == 1
+    assert new["w"] is params["w"] and new["w"].is_leaf
+    torch.testing.assert_close(new["w"].detach(), torch.tensor([1.0, 2.0]) * (1 - 0.1 * 2.5) ** 2)
 
 
 def test_meta_load_state_dict_mismatch_raises_and_keeps_state():

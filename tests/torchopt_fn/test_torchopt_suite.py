@@ -29,20 +29,7 @@ SUITE_SUPPORT = Path(__file__).parent / "torchopt_suite"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Sampled tests that pass on TorchOpt and not here, on purpose: test id -> reason.
-_INPLACE_THROUGH_GRAPH = (
-    "FuncOptimizer(inplace=True) with weight decay: the update depends on the parameters, "
-    "which require grad; TorchOpt adds it to p.data and silently loses the meta-gradient, "
-    "torchopt_fn.apply_updates(inplace=True) raises and asks for inplace=False")
 ALLOWED_DIFFERENCES: dict[str, str] = {
-    "test_optim.py::test_FuncOptimizer[dtype(torch.float64)-lr(0.01)-optimizers((<function "
-    "adamw>, <class 'torch.optim.adamw.AdamW'>, {}))-inplace(True)-weight_decay(0.01)]":
-        _INPLACE_THROUGH_GRAPH,
-    "test_optim.py::test_FuncOptimizer[dtype(torch.float64)-lr(0.001)-optimizers((<function "
-    "sgd>, <class 'torch.optim.sgd.SGD'>, {}))-inplace(True)-weight_decay(0.01)]":
-        _INPLACE_THROUGH_GRAPH,
-    "test_optim.py::test_FuncOptimizer[dtype(torch.float64)-lr(0.001)-optimizers((<function "
-    "adagrad>, <class 'torch.optim.adagrad.Adagrad'>, {'eps': 1e-08}))-inplace(True)-"
-    "weight_decay(0.01)]": _INPLACE_THROUGH_GRAPH,
     "test_hook.py::test_zero_nan_hook": (
         "asserts that its hook got handle id 0, i.e. that it is the first tensor hook of the "
         "process (torch numbers hooks globally); our differentiable Adam steps register a "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import optree
 import torch
 
 from optax_compat._src.building_blocks import tree_math
@@ -18,6 +21,13 @@ class FuncOptimizer:
 
     Written for ``torch.func.functional_call``-style code: ``params = optimizer.step(loss,
     params)`` returns new parameters connected to the old ones through the graph.
+
+    With ``inplace=True``, as in TorchOpt, the parameters and the state are updated in place
+    and returned. A parameter that is an autograd leaf requiring grad, stepped by an update
+    that autograd records (the gradients are computed with ``create_graph=True``), gets the
+    new values outside autograd, as TorchOpt's ``p.data.add_(u)`` does: the step's
+    meta-gradient is lost there, and a warning names the parameter (once per optimizer).
+    Other parameters are updated within the graph (:func:`~torchopt_fn.apply_updates`).
     """
 
     def __init__(self, impl: GradientTransformation, *, inplace: bool = False) -> None:
@@ -30,6 +40,7 @@ class FuncOptimizer:
         self.impl: GradientTransformation = as_transformation(impl)
         self.optim_state: OptState = UninitializedState()
         self.inplace: bool = bool(inplace)
+        self._warned_lost_meta_gradient = False
 
     def step(self, loss: torch.Tensor, params: Params, inplace: bool | None = None) -> Params:
         """Differentiates ``loss`` with respect to ``params`` and returns the updated params.
@@ -55,7 +66,40 @@ class FuncOptimizer:
         updates, self.optim_state = self.impl.update(
             tree_math.unflatten(treespec, list(grads)), self.optim_state, params=params,
             inplace=inplace)
+        if inplace:
+            updates = self._add_outside_autograd(leaves, treespec, updates)
         return apply_updates(params, updates, inplace=inplace)
+
+    def _add_outside_autograd(self, leaves: list[torch.Tensor], treespec: optree.PyTreeSpec,
+                              updates: Params) -> Params:
+        """Adds the updates that autograd cannot record in place to their parameters, as
+        TorchOpt does, and returns ``updates`` with ``None`` in their place.
+
+        Those are the updates that autograd records for leaves that require grad, which an
+        in-place operation within the graph would modify.
+        """
+        if not torch.is_grad_enabled():
+            return updates
+        update_leaves = treespec.flatten_up_to(updates)
+        lost = [i for i, (p, u) in enumerate(zip(leaves, update_leaves, strict=True))
+                if u is not None and u.requires_grad and p.is_leaf and p.requires_grad]
+        if not lost:
+            return updates
+        if not self._warned_lost_meta_gradient:
+            self._warned_lost_meta_gradient = True
+            paths = treespec.paths()
+            others = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+            warnings.warn(
+                f"FuncOptimizer(inplace=True) updates the parameter at "
+                f"{tree_math.path_str(paths[lost[0]])}{others} outside autograd, as TorchOpt "
+                "does: it is a leaf that requires grad, and its update is recorded by autograd, "
+                "so the meta-gradient through this step is lost. Use inplace=False to "
+                "differentiate through the step.", UserWarning, stacklevel=3)
+        with torch.no_grad():
+            tree_math.add_([leaves[i] for i in lost], [update_leaves[i] for i in lost])
+        for i in lost:
+            update_leaves[i] = None
+        return tree_math.unflatten(treespec, update_leaves)
 
     def state_dict(self) -> OptState:
         """The optimizer state (references to its tensors)."""
