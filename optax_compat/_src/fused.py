@@ -28,6 +28,7 @@ import functools
 import operator
 import time
 import types
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -186,8 +187,9 @@ class FusedStep:
         compiler = torch._dynamo.lookup_backend(self._backend)
         if self._backend != "inductor":
             return compiler(graph, example_inputs)
-        from optax_compat._src import inductor_passes  # Inductor loads only when used
-
+        inductor_passes = _inductor_passes()
+        if inductor_passes is None:
+            return compiler(graph, example_inputs)
         on_cpu = any(buffer.device.type == "cpu" for buffer in self.params)
         leaf_loops = on_cpu and self.layout == bb.STACKED
         options = dict(compilation.compile_options() or {}) if on_cpu else {}
@@ -196,6 +198,23 @@ class FusedStep:
         with torch._inductor.config.patch(options):
             return inductor_passes.compile_with_passes(compiler, graph, example_inputs,
                                                        leaf_loops=leaf_loops)
+
+
+@functools.cache
+def _inductor_passes() -> types.ModuleType | None:
+    """:mod:`optax_compat._src.inductor_passes`, imported on first use (importing Inductor
+    takes seconds), or ``None`` with a one-time warning where it cannot be imported on this
+    PyTorch (Inductor's private modules moved): fused steps then compile with stock Inductor,
+    with the same numbers."""
+    try:
+        from optax_compat._src import inductor_passes
+    except Exception as error:  # any failure of a private import: stock Inductor decides
+        warnings.warn(f"optax_compat.fused_step: optax_compat's Inductor passes cannot load on "
+                      f"torch {torch.__version__} ({type(error).__name__}: {error}), so fused "
+                      "steps compile with stock Inductor (same numbers, maybe slower).",
+                      UserWarning, stacklevel=4)
+        return None
+    return inductor_passes
 
 
 def fused_step(tx: base.GradientTransformation, params: base.Params, *,

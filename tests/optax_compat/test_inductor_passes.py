@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -213,3 +214,34 @@ def test_a_pass_that_raises_falls_back_to_stock_inductor_with_one_warning(
         torch.testing.assert_close(got_leaf, expected_leaf)
     assert len(messages) == 1, messages
     assert "stock Inductor" in messages[0] and "read_writes" in messages[0]
+
+
+@pytest.fixture
+def passes_unloadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Importing our passes fails, as it would where Inductor's private modules moved; the
+    fused engine's record of the import is emptied before and after."""
+    import sys
+
+    import optax_compat._src as src
+    from optax_compat._src import fused
+
+    monkeypatch.delattr(src, "inductor_passes")
+    monkeypatch.setitem(sys.modules, "optax_compat._src.inductor_passes", None)
+    fused._inductor_passes.cache_clear()
+    yield
+    fused._inductor_passes.cache_clear()
+
+
+def test_passes_that_cannot_load_leave_stock_inductor_with_one_warning(passes_unloadable):
+    """Where our passes cannot even be imported, fused steps compile with stock Inductor:
+    same numbers, one warning, no exception."""
+    from torch._inductor import config
+
+    expected, _ = _sm3_params(None)
+    with config.patch(force_disable_caches=True):
+        got, messages = _sm3_params("inductor")
+        _, again = _sm3_params("inductor")
+    for got_leaf, expected_leaf in zip(got, expected, strict=True):
+        torch.testing.assert_close(got_leaf, expected_leaf)
+    assert len(messages) == 1 and "cannot load" in messages[0], messages
+    assert again == []
