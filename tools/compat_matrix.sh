@@ -79,6 +79,7 @@ fi
 
 tests=(
     tests/optax_compat/test_fused_step.py
+    tests/optax_compat/test_inductor_passes.py
     tests/optax_compat/test_compile.py
     tests/optax_compat/test_adam_engine.py
     tests/optax_compat/test_torch_optimizer.py
