@@ -112,8 +112,12 @@ def _traced_node_of_tensors(tree: Any, none_is_leaf: bool) -> tuple[Any, ...] | 
     if not ((kind is list or kind is tuple or kind is dict) and len(tree) > 1
             and torch.compiler.is_dynamo_compiling()):
         return None
-    node = optree.tree_flatten_one_level(tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
-    return node if all(type(child) in _PLAIN_TENSOR_TYPES for child in node[0]) else None
+    # Checked before flattening: optree 0.20's flattening of a dict of Python constants
+    # returns metadata Dynamo cannot hold, which breaks the graph.
+    values = tree.values() if kind is dict else tree
+    if not all(type(child) in _PLAIN_TENSOR_TYPES for child in values):
+        return None
+    return optree.tree_flatten_one_level(tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
 
 
 def _flatten_shallow(tree: Any) -> tuple[Leaves, Any] | None:
