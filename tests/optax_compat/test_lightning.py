@@ -7,7 +7,10 @@ the uninterrupted run (optimizer state, scheduler and step counts restored by Li
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
+from collections.abc import Iterator
 
 import lightning
 import pytest
@@ -61,16 +64,38 @@ def data() -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
 
 
+@contextlib.contextmanager
+def determinism_given_back() -> Iterator[None]:
+    """``Trainer(deterministic=True)`` switches the whole process to deterministic algorithms
+    (torch's flag, Inductor's ``deterministic`` config, ``CUBLAS_WORKSPACE_CONFIG``) and leaves
+    it so; this puts all three back as they were."""
+    from torch._inductor import config
+
+    algorithms = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    with (config.patch(deterministic=config.deterministic) if hasattr(config, "deterministic")
+          else contextlib.nullcontext()):
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+            if workspace is None:
+                os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+            else:
+                os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+
+
 def fit(module, root, epochs, checkpoint=None, every_epoch=False):
     callbacks = ([lightning.pytorch.callbacks.ModelCheckpoint(
         dirpath=root, every_n_epochs=1, save_top_k=-1, filename="{epoch}")]
         if every_epoch else [])
-    trainer = lightning.Trainer(
-        max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
-        enable_progress_bar=False, enable_model_summary=False,
-        enable_checkpointing=every_epoch, callbacks=callbacks, default_root_dir=root,
-        deterministic=True)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), determinism_given_back():
+        trainer = lightning.Trainer(
+            max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
+            enable_progress_bar=False, enable_model_summary=False,
+            enable_checkpointing=every_epoch, callbacks=callbacks, default_root_dir=root,
+            deterministic=True)
         warnings.filterwarnings("ignore", message=".*(num_workers|does not have many workers).*")
         trainer.fit(module, data(), ckpt_path=checkpoint)
     return trainer
