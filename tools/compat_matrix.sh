@@ -137,6 +137,15 @@ add_row() {  # torch, optree, passed, failed, time
     rows+=("| $1 | $2 | $3 | $4 | $5 |")
 }
 
+# Every optree cell of a torch version whose environment could not be set up has failed.
+set_up_failed() {
+    local optree_version
+    for optree_version in "${optree_list[@]}"; do
+        add_row "$1" "$optree_version" - "set-up failed" -
+        failed_cells=$((failed_cells + 1))
+    done
+}
+
 for torch_wanted in "${torch_list[@]}"; do
     registry=0
     if [[ $torch_wanted == latest ]]; then
@@ -144,10 +153,7 @@ for torch_wanted in "${torch_list[@]}"; do
         torch_wanted=$(newest_registry_torch)
         if [[ -z $torch_wanted ]]; then
             log "could not read the newest torch from the registry"
-            for optree_version in "${optree_list[@]}"; do
-                add_row "latest (unresolved)" "$optree_version" - "set-up failed" -
-                failed_cells=$((failed_cells + 1))
-            done
+            set_up_failed "latest (unresolved)"
             continue
         fi
         log "newest torch on the registry: $torch_wanted"
@@ -165,10 +171,7 @@ for torch_wanted in "${torch_list[@]}"; do
     } >>"$setup_log" 2>&1 || setup_ok=0
     if ((!setup_ok)); then
         log "set-up of $venv failed; see $setup_log"
-        for optree_version in "${optree_list[@]}"; do
-            add_row "$torch_wanted" "$optree_version" - "set-up failed" -
-            failed_cells=$((failed_cells + 1))
-        done
+        set_up_failed "$torch_wanted"
         continue
     fi
     optree_found=$(installed_version "$venv" optree)

@@ -147,6 +147,19 @@ def _sm3_params(compile_with: str | None) -> tuple[list[torch.Tensor], list[str]
     return list(params.values()), ours
 
 
+def _compiled_sm3_messages() -> list[str]:
+    """The warnings of two stacked SM3 steps compiled here with Inductor (caches off, so not
+    read from the cache), after checking that they give the eager steps' numbers."""
+    from torch._inductor import config
+
+    expected, _ = _sm3_params(None)
+    with config.patch(force_disable_caches=True):
+        got, messages = _sm3_params("inductor")
+    for got_leaf, expected_leaf in zip(got, expected, strict=True):
+        torch.testing.assert_close(got_leaf, expected_leaf)
+    return messages
+
+
 def _with_signature_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inductor's ``select_tiling`` gains a parameter, as a later PyTorch might give it."""
     from torch._inductor.codegen import cpp
@@ -176,15 +189,11 @@ def test_internals_of_another_shape_cost_one_optimization_and_one_warning(
     """Where Inductor's internals differ from what a replacement expects, that replacement is
     not installed: the step compiles without it, gives the same numbers, and warns once per
     process naming what it loses; the other replacements are installed as usual."""
-    from torch._inductor import config, scheduler
+    from torch._inductor import scheduler
     from torch._inductor.codegen import cpp
 
     mismatch(monkeypatch)
-    expected, _ = _sm3_params(None)
-    with config.patch(force_disable_caches=True):  # compiled here, not read from the cache
-        got, messages = _sm3_params("inductor")
-    for got_leaf, expected_leaf in zip(got, expected, strict=True):
-        torch.testing.assert_close(got_leaf, expected_leaf)
+    messages = _compiled_sm3_messages()
     assert len(messages) == 1, messages
     assert reason in messages[0] and "scalar loops for per-leaf values" in messages[0]
     select_tiling = cpp.TilingSelect.select_tiling
@@ -201,17 +210,12 @@ def test_a_pass_that_raises_falls_back_to_stock_inductor_with_one_warning(
         monkeypatch, warnings_afresh):
     """Should one of our replacements raise inside Inductor (internals changed in a way the
     checks cannot see), the step compiles with stock Inductor: same numbers, one warning."""
-    from torch._inductor import config
 
     def broken(node1, node2):
         raise AttributeError("'SchedulerNode' object has no attribute 'read_writes'")
 
     monkeypatch.setattr(inductor_passes, "_touch_a_common_buffer", broken)
-    expected, _ = _sm3_params(None)
-    with config.patch(force_disable_caches=True):  # compiled here, not read from the cache
-        got, messages = _sm3_params("inductor")
-    for got_leaf, expected_leaf in zip(got, expected, strict=True):
-        torch.testing.assert_close(got_leaf, expected_leaf)
+    messages = _compiled_sm3_messages()
     assert len(messages) == 1, messages
     assert "stock Inductor" in messages[0] and "read_writes" in messages[0]
 
@@ -235,13 +239,6 @@ def passes_unloadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_passes_that_cannot_load_leave_stock_inductor_with_one_warning(passes_unloadable):
     """Where our passes cannot even be imported, fused steps compile with stock Inductor:
     same numbers, one warning, no exception."""
-    from torch._inductor import config
-
-    expected, _ = _sm3_params(None)
-    with config.patch(force_disable_caches=True):
-        got, messages = _sm3_params("inductor")
-        _, again = _sm3_params("inductor")
-    for got_leaf, expected_leaf in zip(got, expected, strict=True):
-        torch.testing.assert_close(got_leaf, expected_leaf)
+    messages = _compiled_sm3_messages()
     assert len(messages) == 1 and "cannot load" in messages[0], messages
-    assert again == []
+    assert _compiled_sm3_messages() == []
