@@ -167,7 +167,7 @@ for torch_wanted in "${torch_list[@]}"; do
         { [[ -x $venv/bin/python ]] || "$python" -m venv "$venv"; } \
             && { [[ $(installed_version "$venv" torch) == "$torch_wanted"?(+*) ]] \
                  || venv_pip "$venv" install "torch==$torch_wanted"; } \
-            && venv_pip "$venv" install -e "$repo[test]"
+            && venv_pip "$venv" install -e "$repo[test]" "torch==$torch_wanted"
     } >>"$setup_log" 2>&1 || setup_ok=0
     if ((!setup_ok)); then
         log "set-up of $venv failed; see $setup_log"
