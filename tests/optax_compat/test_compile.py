@@ -98,6 +98,41 @@ def test_a_flat_tree_flattens_while_tracing_to_dynamos_own_structure(kind: str) 
                                    [x + 1 for x in expected_leaves])
 
 
+def test_a_nested_tree_with_a_dict_of_constants_flattens_while_tracing() -> None:
+    """A dict that holds only Python constants (a mask's masked-out sub-dict) flattens while
+    tracing without a graph break on every optree we support (0.20's metadata for such a dict
+    is one Dynamo cannot hold), to optree's leaves and a structure that rebuilds the tree; the
+    structure equals Dynamo's own wherever Dynamo can build one."""
+    x = torch.ones(2)
+    tree = {"w": x, "masked": {"b": ox.MaskedNode(), "a": False}, "pair": (x, None),
+            "inner": {"z": x, "y": x}}
+
+    def flattened(tree: Any) -> tuple[Any, ...]:
+        results = []
+        for ours in (tm.flatten, none_gradients._flatten):
+            leaves, spec = ours(tree)
+            results.append((leaves, tm.unflatten(spec, leaves)))
+        return tuple(results), tm.leaves(tree), tm.treespec(tree)
+
+    torch._dynamo.reset()
+    results, leaves, spec = torch.compile(flattened, backend="eager", fullgraph=True)(tree)
+    def same_leaves(ours: list[Any], expected: list[Any]) -> bool:
+        return len(ours) == len(expected) and all(
+            torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b
+            for a, b in zip(ours, expected))
+
+    for (ours, rebuilt), none_is_leaf in zip(results, (False, True)):
+        expected_spec = optree.tree_structure(tree, none_is_leaf=none_is_leaf,
+                                              namespace=tm.NAMESPACE)
+        assert same_leaves(ours, optree.tree_leaves(tree, none_is_leaf=none_is_leaf,
+                                                    namespace=tm.NAMESPACE))
+        assert optree.tree_structure(rebuilt, none_is_leaf=none_is_leaf,
+                                     namespace=tm.NAMESPACE) == expected_spec
+        assert list(rebuilt) == list(tree)  # the dict's own key order is kept
+    assert same_leaves(leaves, optree.tree_leaves(tree, namespace=tm.NAMESPACE))
+    assert spec.num_leaves == len(leaves)
+
+
 def test_a_nested_tree_or_a_single_leaf_is_left_to_optree_while_tracing() -> None:
     def fast(tree: Any) -> bool:
         return tm.traced_flatten_one_level(tree, False) is not None

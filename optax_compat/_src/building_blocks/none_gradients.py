@@ -70,7 +70,7 @@ def _flatten(tree: Any) -> tuple[list[Any], optree.PyTreeSpec]:
     shallow = tm.traced_flatten_one_level(tree, True) if torch.compiler.is_compiling() else None
     if shallow is not None:
         return shallow
-    return optree.tree_flatten(tree, none_is_leaf=True, namespace=tm.NAMESPACE)
+    return tm.traced_or_optree_flatten(tree, True)
 
 
 def _has_none(leaves: list[Any]) -> bool:

@@ -45,6 +45,8 @@ _PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 _SUBSTITUTE_MODULE = "torch._dynamo.polyfills.pytree"
 _SUBSTITUTE_FIELDS = ("_children", "_type", "_metadata", "_entries", "_unflatten_func",
                       "none_is_leaf", "namespace")
+# Its pure-Python versions of optree's leaf test and dict (un)flattening.
+_SUBSTITUTE_FUNCTIONS = ("tree_is_leaf", "dict_flatten", "dict_unflatten")
 _OWN_PRECISION_DTYPES = frozenset({torch.float32, torch.float64})
 # ``dtype.to_real()``, which Dynamo cannot trace.
 _REAL_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float32,
@@ -81,7 +83,63 @@ def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
     if shallow is not None:
         return shallow
     check_is_tree(tree)
-    return optree.tree_flatten(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
+    return traced_or_optree_flatten(tree, NONE_IS_LEAF)
+
+
+def traced_or_optree_flatten(tree: Any, none_is_leaf: bool) -> tuple[Leaves, Any]:
+    """``optree.tree_flatten(tree)``; while Dynamo traces, built here with dict nodes flattened
+    by Dynamo's own dict substitute.
+
+    Dynamo runs optree's real dict flattening when a dict holds only Python constants (say a
+    dict of ``MaskedNode`` built by a mask while tracing), and from optree 0.20 on that returns
+    metadata Dynamo cannot hold, so ``optree.tree_flatten`` breaks the graph on such a tree.
+    """
+    module = sys.modules.get(_SUBSTITUTE_MODULE)
+    spec_type = torch.compiler.is_dynamo_compiling() and _substitute_spec_type()
+    if not (spec_type and all(hasattr(module, name) for name in _SUBSTITUTE_FUNCTIONS)):
+        return optree.tree_flatten(tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
+    leaves: list[Any] = []
+    leaf = spec_type((), None, None, (), None, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
+
+    def node_spec(node: Any) -> tuple[Any, bool]:
+        """The structure of ``node`` and whether it holds a tensor; appends its leaves."""
+        if module.tree_is_leaf(node, none_is_leaf=none_is_leaf, namespace=NAMESPACE):
+            leaves.append(node)
+            return leaf, isinstance(node, torch.Tensor)
+        if type(node) is dict:
+            # What Dynamo's dict substitute returns (calling it would fold it again).
+            entries = optree.utils.total_order_sorted(node)
+            children, metadata = [node[key] for key in entries], (list(node), entries)
+            unflatten_func = _DICT_UNFLATTEN
+        else:
+            children, metadata, entries, unflatten_func = optree.tree_flatten_one_level(
+                node, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
+        specs, holds_tensor = [], False
+        for child in children:
+            spec, child_holds_tensor = node_spec(child)
+            specs.append(spec)
+            holds_tensor = holds_tensor or child_holds_tensor
+        if type(node) is dict and not holds_tensor:
+            # Dynamo would fold optree's unflatten of these constants, which cannot read the
+            # substitute's metadata; its own dict unflatten can (and is traced instead).
+            unflatten_func = _constant_dict_unflatten
+        # A dict holding tensors gets what Dynamo builds for it, so structures compare equal.
+        return spec_type(tuple(specs), type(node), metadata, tuple(entries), unflatten_func,
+                         none_is_leaf=none_is_leaf, namespace=NAMESPACE), holds_tensor
+
+    return leaves, node_spec(tree)[0]
+
+
+def _constant_dict_unflatten(metadata: tuple[list[Any], list[Any]], values: Iterable[Any]) -> dict:
+    """Dynamo's dict unflatten, as a function of ours (Dynamo folds its own on constants)."""
+    original_keys, sorted_keys = metadata
+    result = dict.fromkeys(original_keys)
+    result.update(zip(sorted_keys, values))
+    return result
+
+
+# optree's dict unflatten, which Dynamo runs as its substitute on a dict holding tensors.
+_DICT_UNFLATTEN = optree.register_pytree_node.get(dict, namespace=NAMESPACE).unflatten_func
 
 
 def traced_flatten_one_level(tree: Any, none_is_leaf: bool) -> tuple[Leaves, Any] | None:
@@ -206,14 +264,6 @@ def _substitute_spec_type() -> type | None:
 
 def leaves(tree: Any) -> Leaves:
     """The leaves of ``tree`` in flattening order."""
-    if torch.compiler.is_compiling():
-        node = _traced_node_of_tensors(tree, NONE_IS_LEAF)  # no structure needed
-        if node is not None:
-            return list(node[0])
-        # Only the leaves: Dynamo builds a structure as one Python object per leaf (and, with
-        # optree 0.20, cannot build one of a dict of Python constants at all).
-        check_is_tree(tree)
-        return optree.tree_leaves(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
     return flatten(tree)[0]
 
 
@@ -222,6 +272,8 @@ def treespec(tree: Any) -> optree.PyTreeSpec:
     shallow = _flatten_shallow(tree)
     if shallow is not None:
         return shallow[1]
+    if torch.compiler.is_dynamo_compiling():
+        return traced_or_optree_flatten(tree, NONE_IS_LEAF)[1]
     return optree.tree_structure(tree, none_is_leaf=NONE_IS_LEAF, namespace=NAMESPACE)
 
 
