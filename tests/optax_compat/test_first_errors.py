@@ -8,6 +8,7 @@ import torch
 
 import optax_compat as optax
 import torchopt_fn
+from optax_compat._src.building_blocks import none_gradients
 
 
 def _params():
@@ -139,3 +140,22 @@ def test_a_runtime_error_without_a_shape_difference_is_raised_unchanged():
     tx = optax.GradientTransformation(lambda params: optax.EmptyState(), update)
     with pytest.raises(RuntimeError, match="not a shape problem"):
         tx.update({"w": torch.ones(2)}, tx.init({"w": torch.zeros(2)}), {"w": torch.zeros(2)})
+
+
+@pytest.mark.parametrize("with_params", [True, False], ids=["params", "no_params"])
+def test_factored_moments_are_no_evidence_of_a_shape_mismatch(with_params):
+    """Adafactor's row and column factors are per-parameter parts of other shapes: when an
+    update fails for another reason, the shapes of well-shaped updates are not blamed, and the
+    original error is raised."""
+    params = {"a": torch.zeros(2), "w": torch.zeros(3, 2), "v": torch.zeros(4, 5)}
+    tx = optax.adafactor(0.1, min_dim_size_to_factor=2)
+    state = tx.init(params)
+    grads = {key: torch.ones_like(leaf) for key, leaf in params.items()}
+    given = params if with_params else None
+    assert none_gradients.shape_mismatch(grads, state, given) is None
+    # A real mismatch is still named against the params; without them, Adafactor's state
+    # holds no parameter-shaped part to name it against.
+    transposed = {**grads, "w": torch.ones(2, 3)}
+    expected = ("params differ: updates['w'] has shape (2, 3) where params['w'] has shape "
+                "(3, 2)") if with_params else None
+    assert none_gradients.shape_mismatch(transposed, state, given) == expected

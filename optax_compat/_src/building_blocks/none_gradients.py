@@ -293,10 +293,14 @@ def sparse_leaf(updates: Any) -> str | None:
 def shape_mismatch(updates: Any, state: Any, params: Any = None) -> str | None:
     """Describes the first leaf of ``updates`` whose shape differs from its counterpart's.
 
-    The counterparts are the leaves of ``params`` and of every per-parameter part of ``state``
-    (a subtree shaped like the updates, such as ``mu``; only its floating-point leaves, so that
-    a step counter is not taken for a parameter's state). Shapes that cannot be broadcast
-    together are reported first, then any other difference. Called after an update failed.
+    The counterparts are the leaves of ``params`` and of every parameter-shaped part of
+    ``state`` (a subtree shaped like the updates, such as ``mu``; only its floating-point
+    leaves, so that a step counter is not taken for a parameter's state). A part is
+    parameter-shaped if its leaves have the params' shapes, or, without params, if at least as
+    many of them have the updates' shapes as not: Adafactor's factored moments (``v_row``) are
+    per-parameter but of other shapes, and are no evidence of a mismatch. Shapes that cannot be
+    broadcast together are reported first, then any other difference. Called after an update
+    failed.
 
     Returns:
       The end of the sentence "The shapes of updates and ...", e.g. ``"state[0].mu differ:
@@ -306,21 +310,36 @@ def shape_mismatch(updates: Any, state: Any, params: Any = None) -> str | None:
     accessors, leaves, spec = optree.tree_flatten_with_accessor(
         updates, none_is_leaf=True, namespace=tm.NAMESPACE)
     matcher = Pruning(updates, leaves, spec)
-    counterparts = []
+
+    def shapes(entries: list[Any], floating_only: bool) -> dict[int, tuple[Any, Any]]:
+        """Position -> (update's shape, counterpart's shape), for the tensor leaves compared."""
+        return {index: (leaf.shape, other.shape)
+                for index, (leaf, other) in enumerate(zip(leaves, entries))
+                if isinstance(leaf, torch.Tensor) and isinstance(other, torch.Tensor)
+                and (other.is_floating_point() or other.is_complex() or not floating_only)}
+
+    counterparts, param_shapes = [], None
     if params is not None and matcher._per_parameter(params):
-        counterparts.append(("params", matcher._entries(params), False))
+        counterparts.append(("params", shapes(matcher._entries(params), False)))
+        param_shapes = {index: shape for index, (_, shape) in counterparts[0][1].items()}
     parts_accessors, parts, _ = optree.tree_flatten_with_accessor(
         state, is_leaf=matcher._per_parameter, none_is_leaf=tm.NONE_IS_LEAF,
         namespace=tm.NAMESPACE)
-    counterparts += [(accessor.codify("state"), matcher._entries(part), True)
-                     for accessor, part in zip(parts_accessors, parts)
-                     if matcher._per_parameter(part)]
-    differences = [(name, accessor, leaf.shape, other.shape)
-                   for name, entries, floating_only in counterparts
-                   for accessor, leaf, other in zip(accessors, leaves, entries)
-                   if isinstance(leaf, torch.Tensor) and isinstance(other, torch.Tensor)
-                   and (other.is_floating_point() or other.is_complex() or not floating_only)
-                   and leaf.shape != other.shape]
+    for part_accessor, part in zip(parts_accessors, parts):
+        if not matcher._per_parameter(part):
+            continue
+        part_shapes = shapes(matcher._entries(part), True)
+        if param_shapes is not None:
+            parameter_shaped = all(param_shapes.get(index) == other
+                                   for index, (_, other) in part_shapes.items())
+        else:
+            same = sum(shape == other for shape, other in part_shapes.values())
+            parameter_shaped = 2 * same >= len(part_shapes)
+        if parameter_shaped:
+            counterparts.append((part_accessor.codify("state"), part_shapes))
+    differences = [(name, accessors[index], shape, other)
+                   for name, part_shapes in counterparts
+                   for index, (shape, other) in part_shapes.items() if shape != other]
     if not differences:
         return None
     name, accessor, shape, other_shape = min(differences, key=lambda d: _broadcast(d[2], d[3]))
