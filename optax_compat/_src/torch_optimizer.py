@@ -87,8 +87,7 @@ class _Layout:
     def structure(self) -> Any:
         """The structure of the group state: ``treespec``, or Dynamo's own while tracing."""
         if torch.compiler.is_compiling():
-            return optree.tree_structure(self.skeleton, none_is_leaf=tree_math.NONE_IS_LEAF,
-                                         namespace=tree_math.NAMESPACE)
+            return tree_math.treespec(self.skeleton)
         return self.treespec
 
 
@@ -111,9 +110,12 @@ def _per_parameter_predicate(size: int) -> Callable[[Any], bool]:
 
 
 def _flatten(state: base.OptState, size: int, with_accessors: bool = False) -> Any:
-    flatten = optree.tree_flatten_with_accessor if with_accessors else optree.tree_flatten
-    return flatten(state, is_leaf=_per_parameter_predicate(size),
-                   none_is_leaf=tree_math.NONE_IS_LEAF, namespace=tree_math.NAMESPACE)
+    if not with_accessors:
+        return tree_math.traced_or_optree_flatten(state, tree_math.NONE_IS_LEAF,
+                                                  _per_parameter_predicate(size))
+    return optree.tree_flatten_with_accessor(
+        state, is_leaf=_per_parameter_predicate(size), none_is_leaf=tree_math.NONE_IS_LEAF,
+        namespace=tree_math.NAMESPACE)
 
 
 def _is_inject_state(node: Any) -> bool:

@@ -121,8 +121,7 @@ class Pruning:
                                     for e, p in zip(self._entries(tree), self.present)])
 
     def _outer(self, tree: Any) -> tuple[list[Any], optree.PyTreeSpec]:
-        return optree.tree_flatten(tree, is_leaf=self._per_parameter,
-                                   none_is_leaf=tm.NONE_IS_LEAF, namespace=tm.NAMESPACE)
+        return tm.traced_or_optree_flatten(tree, tm.NONE_IS_LEAF, self._per_parameter)
 
     def _hide_within(self, tree: Any) -> tuple[Any, bool]:
         """``tree`` with the positions hidden in each per-parameter subtree; whether any was."""

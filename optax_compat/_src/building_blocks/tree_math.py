@@ -86,9 +86,10 @@ def flatten(tree: Any) -> tuple[Leaves, optree.PyTreeSpec]:
     return traced_or_optree_flatten(tree, NONE_IS_LEAF)
 
 
-def traced_or_optree_flatten(tree: Any, none_is_leaf: bool) -> tuple[Leaves, Any]:
-    """``optree.tree_flatten(tree)``; while Dynamo traces, built here with dict nodes flattened
-    by Dynamo's own dict substitute.
+def traced_or_optree_flatten(tree: Any, none_is_leaf: bool,
+                             is_leaf: Callable[[Any], bool] | None = None) -> tuple[Leaves, Any]:
+    """``optree.tree_flatten(tree, is_leaf)``; while Dynamo traces, built here with dict nodes
+    flattened by Dynamo's own dict substitute.
 
     Dynamo runs optree's real dict flattening when a dict holds only Python constants (say a
     dict of ``MaskedNode`` built by a mask while tracing), and from optree 0.20 on that returns
@@ -97,13 +98,15 @@ def traced_or_optree_flatten(tree: Any, none_is_leaf: bool) -> tuple[Leaves, Any
     module = sys.modules.get(_SUBSTITUTE_MODULE)
     spec_type = torch.compiler.is_dynamo_compiling() and _substitute_spec_type()
     if not (spec_type and all(hasattr(module, name) for name in _SUBSTITUTE_FUNCTIONS)):
-        return optree.tree_flatten(tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
+        return optree.tree_flatten(tree, is_leaf=is_leaf, none_is_leaf=none_is_leaf,
+                                   namespace=NAMESPACE)
     leaves: list[Any] = []
     leaf = spec_type((), None, None, (), None, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
 
     def node_spec(node: Any) -> tuple[Any, bool]:
         """The structure of ``node`` and whether it holds a tensor; appends its leaves."""
-        if module.tree_is_leaf(node, none_is_leaf=none_is_leaf, namespace=NAMESPACE):
+        if (is_leaf is not None and is_leaf(node)) or module.tree_is_leaf(
+                node, none_is_leaf=none_is_leaf, namespace=NAMESPACE):
             leaves.append(node)
             return leaf, isinstance(node, torch.Tensor)
         if type(node) is dict:
