@@ -45,10 +45,10 @@ napoleon_numpy_docstring = False
 # check: they name classes of other libraries and type aliases that have no page here, and the
 # build runs offline (no intersphinx inventories of PyTorch or Python).
 nitpicky = True
-# Private modules (``optax_compat._src``) have no pages by design.
+# Private modules (``optax_compat._src``, ``optax_compat._runtime``) have no pages by design.
 nitpick_ignore_regex = [
     ("py:class", r".*"),
-    (r"py:(func|mod)", r"optax_compat\._src\..*"),
+    (r"py:(func|mod)", r"optax_compat\._(src|runtime)\..*"),
     (r"py:(func|meth|exc|data|mod|attr|obj)",
      r"(torch|graphviz|functools|operator|os|collections|typing|optree|numpy)\..*"),
 ]

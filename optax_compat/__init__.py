@@ -7,6 +7,7 @@ on ``torch._foreach_*`` kernels over optree-flattened leaves.
 __version__ = "0.1.0"
 
 from optax_compat import porting, schedules, tree, tree_utils
+from optax_compat._runtime.config import config
 
 # Transforms and aliases ----------------------------------------------------------------------
 from optax_compat._src.base import (
@@ -34,7 +35,6 @@ from optax_compat._src.base import (
     stateless_with_tree_map,
     with_extra_args_support,
 )
-from optax_compat._src.config import config
 from optax_compat._src.factorized import FactoredState, scale_by_factored_rms
 from optax_compat._src.linear_algebra import (
     global_norm,
@@ -262,14 +262,13 @@ from optax_compat.microbatching import microbatch
 
 # Beyond Optax: any elementwise transformation as one compiled pass over flat buffers.
 # isort: split
-from optax_compat._src.fused import FusedStep, fused_step
+from optax_compat._runtime.fused import FusedStep, fused_step
 
 # Line searches and L-BFGS ------------------------------------------------------------------------
 # isort: split
 # Beyond Optax: the whole in-place step of a transformation that has one (adam, adamw).
-from optax_compat._src.adam_engine import inplace_step
+from optax_compat._runtime.adam_engine import inplace_step
 from optax_compat._src.alias import lbfgs
-from optax_compat._src.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
 from optax_compat._src.linesearch import (
     ScaleByBacktrackingLinesearchState,
     ScaleByZoomLinesearchState,
@@ -278,13 +277,14 @@ from optax_compat._src.linesearch import (
     scale_by_zoom_linesearch,
     value_and_grad_from_state,
 )
+from optax_compat._src.transform import ScaleByLBFGSState, scale_by_lbfgs
 
 # Testing helpers are imported on demand: ``optax_compat.testing``.
 
 # PyTorch's training stack: any transformation as a torch.optim.Optimizer, and checkpoints ------
 # isort: split
 from optax_compat import checkpoint
-from optax_compat._src.torch_optimizer import TorchOptimizer, torch_optimizer
+from optax_compat._runtime.torch_optimizer import TorchOptimizer, torch_optimizer
 
 # Names Optax 0.2.8 still resolves with a DeprecationWarning -----------------------------------
 # isort: split

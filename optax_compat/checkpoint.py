@@ -11,7 +11,7 @@ state of the running optimizer; :func:`save` and :func:`load` do the same throug
     opt_state = optax_compat.checkpoint.load("opt.pt", tx.init(params))
 """
 
-from optax_compat._src.checkpoint import (
+from optax_compat._runtime.checkpoint import (
     STATE_TYPE_KEY,
     load,
     save,

@@ -18,6 +18,6 @@ parameters; what is added here is the naming of state leaves that
     state = state_from_flat_dict(state, to_load["opt"])
 """
 
-from optax_compat._src.flat_state import state_from_flat_dict, state_to_flat_dict
+from optax_compat._runtime.flat_state import state_from_flat_dict, state_to_flat_dict
 
 __all__ = ["state_from_flat_dict", "state_to_flat_dict"]

@@ -29,7 +29,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 import optax_compat as optax
 import torchopt_fn
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 from optax_compat.distributed import state_from_flat_dict, state_to_flat_dict
 
 STEPS = 3

@@ -24,7 +24,7 @@ import optree
 import torch
 from torch.autograd.graph import Node, get_gradient_edge
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 
 __all__ = ["OPTIMIZER_STEP_KEY", "OptimizerStepTag", "extend_optimizer_step", "optimizer_step_tag",
            "path_name", "tag_optimizer_step"]

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
-import optax_compat._src.base as optax_base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.adam_engine import inplace_step
-from optax_compat._src.base import EmptyState
-from optax_compat.transforms._combining import chain as optax_chain
-
-if TYPE_CHECKING:
-    from torchopt_fn.typing import OptState, Params, Updates
+import optax_compat
+from optax_compat import EmptyState, inplace_step
+from optax_compat import _runtime as bb
+from optax_compat import chain as optax_chain
+from torchopt_fn._tree_aliases import OptState, Params, Updates
 
 __all__ = [
     "EmptyState",
@@ -71,7 +68,7 @@ class GradientTransformation(_InitUpdatePair):
 
     A ``None`` gradient gives a ``None`` update and leaves that parameter's state untouched, in
     every transformation (``update`` is wrapped at construction, see
-    :mod:`optax_compat._src.building_blocks.none_gradients`).
+    :mod:`optax_compat._runtime.none_gradients`).
 
     Attributes:
       init: builds the initial state from example parameters.
@@ -168,7 +165,7 @@ def identity() -> IdentityGradientTransformation:
     return IdentityGradientTransformation()
 
 
-def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
+def from_optax(tx: optax_compat.GradientTransformation) -> GradientTransformation:
     """Presents an ``optax_compat`` transformation with TorchOpt's ``update`` signature.
 
     Args:
@@ -179,7 +176,7 @@ def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
       an extra argument, ignored by transformations without a fast path); :func:`to_optax`
       returns ``tx`` from it.
     """
-    extra_args_tx = optax_base.with_extra_args_support(tx)
+    extra_args_tx = optax_compat.with_extra_args_support(tx)
 
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
@@ -188,11 +185,11 @@ def from_optax(tx: optax_base.GradientTransformation) -> GradientTransformation:
     setattr(update_fn, _ADAPTED, extra_args_tx)
     whole_step = inplace_step(tx)
     if whole_step is not None:  # same state: the whole in-place step carries over
-        update_fn.apply_step = whole_step  # type: ignore[attr-defined]
+        bb.declare(update_fn, whole_step=whole_step)
     return GradientTransformation(tx.init, update_fn)
 
 
-def _adapted(tx: GradientTransformation) -> optax_base.GradientTransformationExtraArgs | None:
+def _adapted(tx: GradientTransformation) -> optax_compat.GradientTransformationExtraArgs | None:
     """The ``optax_compat`` transformation whose :func:`from_optax` adapter is ``tx.update``."""
     adapter = getattr(tx.update, "__wrapped__", None)
     adapted = getattr(adapter, _ADAPTED, None)
@@ -201,7 +198,7 @@ def _adapted(tx: GradientTransformation) -> optax_base.GradientTransformationExt
     return adapted
 
 
-def to_optax(tx: GradientTransformation) -> optax_base.GradientTransformationExtraArgs:
+def to_optax(tx: GradientTransformation) -> optax_compat.GradientTransformationExtraArgs:
     """Presents a TorchOpt-style transformation with ``optax_compat``'s ``update`` signature.
 
     A transformation made by :func:`from_optax` gives back the ``optax_compat`` one it adapts
@@ -211,14 +208,14 @@ def to_optax(tx: GradientTransformation) -> optax_base.GradientTransformationExt
     adapted = _adapted(tx)
     if adapted is not None:
         return (adapted if adapted.init is tx.init
-                else optax_base.GradientTransformationExtraArgs(tx.init, adapted.update))
+                else optax_compat.GradientTransformationExtraArgs(tx.init, adapted.update))
 
     @bb.supports_inplace
     def update_fn(updates: Updates, state: OptState, params: Params | None = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:
         return tx.update(updates, state, params=params, inplace=extra_args.get("inplace", False))
 
-    return optax_base.GradientTransformationExtraArgs(tx.init, update_fn)
+    return optax_compat.GradientTransformationExtraArgs(tx.init, update_fn)
 
 
 def chain_optax_compat(transformations: Sequence[GradientTransformation]) -> GradientTransformation:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import ChainedGradientTransformation, GradientTransformation, identity
 from torchopt_fn.typing import OptState, Params, Updates
 

@@ -5,7 +5,7 @@ a node, not a leaf, and the global registry namespace is used), and adds ``tree_
 ``tree_vdot_real`` and the other arithmetic helpers used by the linear solvers.
 
 Trees whose leaves are all tensors go through the foreach-backed layer
-:mod:`optax_compat._src.building_blocks.tree_math` (one kernel launch per operation for the
+:mod:`optax_compat._runtime.tree_math` (one kernel launch per operation for the
 whole tree); other
 leaves (Python numbers) and code running under a ``torch.func`` transform, where foreach kernels
 have no batching rule, fall back to one operator call per leaf.
@@ -24,7 +24,7 @@ import torch.distributed.rpc as rpc
 from optree import *  # noqa: F403 - the public API is optree's plus the helpers below
 from optree import PyTree, PyTreeSpec, tree_flatten, tree_map, tree_unflatten
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn._functorch_state import transform_active
 from torchopt_fn.typing import Future, Scalar, T, TensorTree
 
@@ -170,16 +170,7 @@ def tree_vdot_real(tree_x: TensorTree, tree_y: TensorTree) -> float:
     """
     leaves_x, treespec = tree_flatten(tree_x)
     leaves_y = treespec.flatten_up_to(tree_y)
-    return float(sum(map(_vdot_real, leaves_x, leaves_y)))
-
-
-def _vdot_real(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``Re(sum(conj(x) * y))`` of two tensors of the same shape, as a 0-d tensor."""
-    x, y = x.reshape(-1), y.reshape(-1)
-    dot = torch.dot(x.real, y.real)
-    if x.is_complex() and y.is_complex():
-        dot = dot + torch.dot(x.imag, y.imag)
-    return dot
+    return float(tree_math.real_vdot(leaves_x, leaves_y))
 
 
 def tree_wait(future_tree: PyTree[Future[T]]) -> PyTree[T]:

@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 from torch.futures import Future
 
+from torchopt_fn._tree_aliases import OptState, Params, TensorTree, Updates
 from torchopt_fn.base import (
     ChainedGradientTransformation,
     EmptyState,
@@ -71,7 +72,6 @@ ListOfTensors = list[Tensor]
 TupleOfTensors = tuple[Tensor, ...]
 SequenceOfTensors = Sequence[Tensor]
 TensorOrTensors: TypeAlias = Tensor | SequenceOfTensors
-TensorTree: TypeAlias = PyTreeTypeVar("TensorTree", Tensor)  # type: ignore[valid-type]
 
 ListOfOptionalTensors = list[OptionalTensor]
 TupleOfOptionalTensors = tuple[OptionalTensor, ...]
@@ -79,10 +79,6 @@ SequenceOfOptionalTensors = Sequence[OptionalTensor]
 OptionalTensorOrOptionalTensors: TypeAlias = OptionalTensor | SequenceOfOptionalTensors
 OptionalTensorTree: TypeAlias = PyTreeTypeVar(  # type: ignore[valid-type]
     "OptionalTensorTree", OptionalTensor)
-
-Params: TypeAlias = TensorTree
-Updates: TypeAlias = Params  # updates have the structure of the parameters
-OptState: TypeAlias = TensorTree
 
 TensorContainer = dict[str, Tensor | None]
 ModuleTensorContainers = tuple[TensorContainer, ...]

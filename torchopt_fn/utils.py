@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 import torch
 from torch import nn
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn._module_containers import module_containers
 from torchopt_fn.typing import Device, OptState, TensorContainer, TensorTree
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from optax_compat._src import adam_engine, base, factorized, transform
-from optax_compat._src import building_blocks as bb
+from optax_compat import _runtime as bb
+from optax_compat._runtime import adam_engine
+from optax_compat._src import base, factorized, transform
 from optax_compat._src import linesearch as _linesearch
-from optax_compat._src.lbfgs import scale_by_lbfgs
+from optax_compat._src.transform import scale_by_lbfgs
 from optax_compat.transforms import _accumulation, _adding, _clipping, _combining, _masking
 
 Scalar = float | torch.Tensor
@@ -358,19 +359,11 @@ def adamw(
 def _on_adam_engine(hp: adam_engine.AdamHyperParams, terms: adam_engine.AliasTerms,
                     *after_adam: base.GradientTransformation
                     ) -> base.GradientTransformationExtraArgs:
-    """``chain(scale_by_adam(hp), *after_adam)`` whose ``update`` lets the Adam engine run the
-    whole step on the fused kernel when it applies, with the whole in-place step attached
-    (see :func:`optax_compat.inplace_step`). The state is the chain's."""
-    steps = _combining.chain(adam_engine.scale_by_adam(hp), *after_adam)
-    if terms.learning_rate is None:
-        return steps
-
-    def chain_update(updates: base.Updates, state: base.OptState, params: base.Params | None,
-                     inplace: bool) -> tuple[base.Updates, base.OptState]:
-        return steps.update(updates, state, params, inplace=inplace)
-
-    update = bb.elementwise_if(steps)(adam_engine.alias_update(hp, terms, chain_update))
-    return base.GradientTransformationExtraArgs(steps.init, update)
+    """``chain(scale_by_adam(hp), *after_adam)`` on the Adam engine (``adam_engine.adam_alias``:
+    whole steps on the fused kernel where they apply, the whole in-place step of
+    :func:`optax_compat.inplace_step`). The state is the chain's."""
+    return adam_engine.adam_alias(hp, terms, _combining.chain(adam_engine.scale_by_adam(hp),
+                                                              *after_adam), adam_index=0)
 
 
 nadamw = functools.partial(adamw, nesterov=True)

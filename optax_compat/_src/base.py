@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import torch
 
-from optax_compat._src.building_blocks import flat_safe, inplace, none_gradients, tree_math
-from optax_compat._src.building_blocks.state import NO_PARAMS_MSG as NO_PARAMS_MSG
+from optax_compat._runtime import flat_safe, inplace, none_gradients, tree_math
+from optax_compat._runtime.state import NO_PARAMS_MSG as NO_PARAMS_MSG
 
 PyTree = Any
 Shape = Sequence[int]
@@ -73,7 +73,7 @@ class GradientTransformation(_InitUpdatePair):
     """A pair of pure functions ``(init, update)`` that transforms gradients.
 
     ``update`` is wrapped at construction with the ``None``-gradient semantics of
-    :mod:`optax_compat._src.building_blocks.none_gradients` (a PyTorch extension: a ``None``
+    :mod:`optax_compat._runtime.none_gradients` (a PyTorch extension: a ``None``
     gradient gives a ``None`` update and leaves that parameter's state as it was).
 
     Attributes:
@@ -97,7 +97,7 @@ class GradientTransformationExtraArgs(GradientTransformation):
     """A :class:`GradientTransformation` whose ``update`` accepts extra keyword arguments.
 
     The extra argument ``inplace`` reaches ``update`` only if ``update`` declares that it
-    supports it (see :mod:`optax_compat._src.building_blocks.inplace`); otherwise it is dropped
+    supports it (see :mod:`optax_compat._runtime.inplace`); otherwise it is dropped
     at the entry, so a wrapper that keeps an old state never passes the request on.
     """
 

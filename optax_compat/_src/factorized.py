@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = float | int | torch.Tensor
 

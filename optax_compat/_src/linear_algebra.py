@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._src import base, utils
-from optax_compat._src import building_blocks as bb
 from optax_compat.tree_utils import _tree_math
 
 

@@ -23,10 +23,10 @@ from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat import tree_utils
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 
 Scalar = Union[float, torch.Tensor]
 

@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from optax_compat._runtime import none_gradients, tree_math
 from optax_compat._src import base
-from optax_compat._src.building_blocks import none_gradients, tree_math
 
 
 def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:
     """Returns ``params + updates``, leaf by leaf, keeping each parameter's dtype.
 
     A ``None`` update in place of a tensor (a ``None`` gradient, see
-    :mod:`optax_compat._src.building_blocks.none_gradients`) leaves that parameter unchanged.
+    :mod:`optax_compat._runtime.none_gradients`) leaves that parameter unchanged.
 
     Args:
       params: a tree of parameters.

@@ -15,7 +15,7 @@ from typing import Any, Union
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 
 KeyLike = Union[int, torch.Tensor, torch.Generator]
 

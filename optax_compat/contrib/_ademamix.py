@@ -1,7 +1,7 @@
 """AdEMAMix and Simplified AdEMAMix: Adam with a mixture of a fast and a slow momentum.
 
 Mirrors ``optax/contrib/_ademamix.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.building_blocks.tree_math`; hyperparameters given as schedules are
+:mod:`optax_compat._runtime.tree_math`; hyperparameters given as schedules are
 evaluated at the
 step count kept in the state.
 """
@@ -13,9 +13,9 @@ from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 Scalar = Union[float, torch.Tensor]

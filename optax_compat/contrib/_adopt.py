@@ -1,7 +1,7 @@
 """ADOPT: Adam with the second moment of the *previous* step and clipped normalised updates.
 
 Mirrors ``optax/contrib/_adopt.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.building_blocks.tree_math`; the first-step special cases are ``torch.where``
+:mod:`optax_compat._runtime.tree_math`; the first-step special cases are ``torch.where``
 selections, so ``update`` never synchronises with the device.
 """
 
@@ -12,9 +12,9 @@ from typing import Any, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _combining
 
 Scalar = Union[float, torch.Tensor]

@@ -1,7 +1,7 @@
 """COCOB-Backprop: learning-rate-free optimisation by continuous coin betting.
 
 Mirrors ``optax/contrib/_cocob.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.building_blocks.tree_math`.
+:mod:`optax_compat._runtime.tree_math`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 Scalar = Union[float, torch.Tensor]

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math as tm
 
 
 class SplitRealAndImaginaryArrays(NamedTuple):

@@ -1,7 +1,7 @@
 """D-Adaptation for AdamW: a learning-rate-free AdamW.
 
 Mirrors ``optax/contrib/_dadapt_adamw.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.building_blocks.tree_math`; the distance estimate and its numerator
+:mod:`optax_compat._runtime.tree_math`; the distance estimate and its numerator
 are 0-d tensors
 in the lowest floating dtype of the params (so they never promote the params).
 """
@@ -12,9 +12,9 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting, _tree_math
 
 Scalar = float | torch.Tensor

@@ -20,9 +20,9 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.contrib._dadapt_adamw import scalar_state
 from optax_compat.transforms import _adding, _combining
 

@@ -28,9 +28,9 @@ from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.contrib import _muon
 from optax_compat.transforms import _adding, _combining
 
@@ -109,7 +109,7 @@ def _projection(x: torch.Tensor, dim_nums: GaLoreDimensionNumbers, rank: int) ->
     """The matrix view of ``x`` given by ``dim_nums``, with ``rank`` capped by its shape."""
     if x.ndim < 2:
         raise ValueError(f"GaLore requires tensors with rank >= 2, got shape {tuple(x.shape)}")
-    reduction_axes, output_axes = _muon._normalize_axes(x.ndim, dim_nums)
+    reduction_axes, output_axes = _muon.normalize_axes(x.ndim, dim_nums)
     if set(reduction_axes) & set(output_axes):
         raise ValueError(f"Reduction axes {reduction_axes} and output axes {output_axes} must "
                          f"be disjoint. Got dim_nums={dim_nums} for shape {tuple(x.shape)}")

@@ -1,7 +1,7 @@
 """MADGRAD: a momentumized, adaptive, dual-averaged gradient method.
 
 Mirrors ``optax/contrib/_madgrad.py``. The arithmetic runs over lists of leaves through
-:mod:`optax_compat._src.building_blocks.tree_math`.
+:mod:`optax_compat._runtime.tree_math`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining
 
 

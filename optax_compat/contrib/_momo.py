@@ -12,9 +12,9 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting, _tree_math
 
 Scalar = transform.Scalar

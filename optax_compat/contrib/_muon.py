@@ -16,9 +16,9 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import alias, base, numerics, transform
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.transforms import _adding, _combining, _masking
 
 Scalar = Union[float, torch.Tensor]
@@ -60,7 +60,7 @@ def _is_weight_dim_nums(x: Any) -> bool:
     return isinstance(x, MuonDimensionNumbers)
 
 
-def _normalize_axes(ndim: int, dim_nums: MuonDimensionNumbers
+def normalize_axes(ndim: int, dim_nums: MuonDimensionNumbers
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The reduction and output axes as tuples of non-negative ints."""
 
@@ -71,7 +71,7 @@ def _normalize_axes(ndim: int, dim_nums: MuonDimensionNumbers
 
 
 def _fan_in_and_out(x: torch.Tensor, dim_nums: MuonDimensionNumbers) -> tuple[int, int]:
-    reduction_axes, output_axes = _normalize_axes(x.ndim, dim_nums)
+    reduction_axes, output_axes = normalize_axes(x.ndim, dim_nums)
     return (math.prod([x.shape[ax] for ax in reduction_axes]),
             math.prod([x.shape[ax] for ax in output_axes]))
 
@@ -126,7 +126,7 @@ def _matrix_layout(x: torch.Tensor, dim_nums: Any) -> _MatrixLayout:
         dim_nums = MuonDimensionNumbers(reduction_axis=0, output_axis=1)
     if x.ndim < 2:
         raise ValueError(f"Muon optimized parameters must have rank >= 2, got {x.ndim=}")
-    reduction_axes, output_axes = _normalize_axes(x.ndim, dim_nums)
+    reduction_axes, output_axes = normalize_axes(x.ndim, dim_nums)
     if set(reduction_axes) & set(output_axes):
         raise ValueError("Normalized reduction axes and output axes must be disjoint, got "
                          f"{reduction_axes} and {output_axes}. Originally {dim_nums=} and "

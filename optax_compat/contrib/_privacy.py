@@ -11,9 +11,10 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from optax_compat._src import base, counter_random, transform, utils
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat import _runtime as bb
+from optax_compat._runtime import counter_random
+from optax_compat._runtime import tree_math as tm
+from optax_compat._src import base, transform, utils
 from optax_compat.transforms import _accumulation, _clipping, _combining
 
 Scalar = transform.Scalar

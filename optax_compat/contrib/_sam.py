@@ -20,9 +20,9 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, update
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 
 NormalizeState = base.EmptyState
 

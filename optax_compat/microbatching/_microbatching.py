@@ -17,8 +17,8 @@ from typing import Any, Union
 import optree
 import torch
 
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math as tm
 
 AccumulatorTree = Any
 Function = Callable[..., Any]

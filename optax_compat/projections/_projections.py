@@ -14,7 +14,7 @@ import optree
 import torch
 
 from optax_compat import tree_utils
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 
 Scalar = Union[float, int, torch.Tensor]
 

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.tree_utils import _casting
 
 
@@ -27,7 +27,7 @@ def _convert_floats(value: Any, dtype: torch.dtype, *, weak_tensors: bool) -> An
 
     Optax converts Python floats, numpy floating values and *weakly typed* arrays, and leaves
     strongly typed arrays alone. PyTorch has no weak types: following the rule in
-    :mod:`optax_compat._src.building_blocks.dtypes`, a tensor of JAX's default float is what a
+    :mod:`optax_compat._runtime.dtypes`, a tensor of JAX's default float is what a
     schedule computes from Python numbers (weak in JAX), so with ``weak_tensors`` (schedule
     outputs) such a tensor is converted too; a tensor of another dtype (a float32 value computed
     from the int32 count under x64, a user's tensor) keeps its dtype. ``.to`` keeps the autograd

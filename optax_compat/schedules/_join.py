@@ -7,8 +7,8 @@ from typing import Union
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
 
 
 def join_schedules(schedules: Sequence[base.Schedule],

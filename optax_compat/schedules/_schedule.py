@@ -16,8 +16,8 @@ from typing import Optional, Union
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
 from optax_compat.schedules import _join
 
 Count = Union[int, torch.Tensor]

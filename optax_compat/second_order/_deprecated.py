@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 
 
 class LossFn(Protocol):

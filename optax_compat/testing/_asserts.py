@@ -16,7 +16,7 @@ import numpy as np
 import optree
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 
 # Default tolerances per dtype; those of float32 and float64 are the project's Optax tolerances.
 RTOL = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3, torch.float32: 1e-5, torch.float64: 1e-10}

@@ -18,8 +18,8 @@ import numpy as np
 import optree
 import torch
 
-from optax_compat._src.building_blocks import tree_math
-from optax_compat._src.config import config
+from optax_compat._runtime import tree_math
+from optax_compat._runtime.config import config
 from optax_compat._src.update import apply_updates
 from optax_compat.testing._asserts import (
     ATOL,

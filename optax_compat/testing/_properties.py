@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from optax_compat._runtime import tree_math
+from optax_compat._runtime.compilation import compile_options
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math
-from optax_compat._src.compilation import compile_options
 from optax_compat._src.update import apply_updates
 from optax_compat.testing._asserts import (
     ATOL,

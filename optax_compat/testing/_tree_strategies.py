@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing._data import resolve_device
 
 CONTAINER_KINDS = ("dict", "list", "tuple", "namedtuple")

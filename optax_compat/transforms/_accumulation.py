@@ -8,9 +8,10 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from optax_compat._src import base, control_flow, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat import _runtime as bb
+from optax_compat._runtime import control_flow
+from optax_compat._runtime import tree_math as tm
+from optax_compat._src import base, numerics
 from optax_compat.tree_utils import _casting, _tree_math
 
 

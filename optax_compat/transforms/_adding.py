@@ -8,9 +8,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from optax_compat._src import base, counter_random, numerics, utils
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat import _runtime as bb
+from optax_compat._runtime import counter_random
+from optax_compat._runtime import tree_math as tm
+from optax_compat._src import base, numerics, utils
 from optax_compat.transforms import _masking
 from optax_compat.tree_utils import _tree_math
 
@@ -110,7 +111,7 @@ def add_noise(
       A :class:`GradientTransformationExtraArgs` whose state carries the key and the step
       count (its ``update`` accepts ``inplace``: the noise of a run of leaves at a time). The
       noise of a step is a pure function of both (counter-based, see
-      :mod:`optax_compat._src.counter_random`): the stream is reproducible, nothing is read on
+      :mod:`optax_compat._runtime.counter_random`): the stream is reproducible, nothing is read on
       the host, and ``update`` compiles without graph breaks and runs on ``meta`` tensors.
       Optax splits its key at every step instead; the noise agrees with Optax's in
       distribution, not in values.

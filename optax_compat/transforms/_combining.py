@@ -6,9 +6,9 @@ import collections
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms import _masking
 
 

@@ -1,7 +1,7 @@
 """Applying a transformation only at some steps (mirrors ``optax/transforms/_conditionality.py``).
 
 Where Optax uses ``lax.cond``, both branches run and the result is selected with
-``torch.where`` (see :mod:`optax_compat._src.control_flow`), so no update reads a tensor on the
+``torch.where`` (see :mod:`optax_compat._runtime.control_flow`), so no update reads a tensor on the
 host. The numbers are Optax's: the rejected branch is computed but never used.
 """
 
@@ -11,9 +11,9 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from optax_compat._src import base, control_flow, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
+from optax_compat import _runtime as bb
+from optax_compat._runtime import control_flow, tree_math
+from optax_compat._src import base, numerics
 
 
 class ConditionFn(Protocol):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math
 from optax_compat.transforms._combining import partition
 from optax_compat.transforms._masking import masked
 

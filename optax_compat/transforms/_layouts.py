@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math
 
 
 def _concatenate(tree: base.PyTree) -> torch.Tensor:

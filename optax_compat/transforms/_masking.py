@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
 from optax_compat.tree_utils import _state_utils
 
 MaskOrFn = base.PyTree | Callable[[base.Params], base.PyTree]
@@ -96,7 +96,7 @@ def masked(
     def init_fn(params: base.Params) -> MaskedState:
         # tree_map_params calls init with a placeholder standing for the whole params tree, to
         # find where the state holds params-shaped trees; pass it through unmasked.
-        if isinstance(params, _state_utils._ParamsPlaceholder):
+        if isinstance(params, _state_utils.ParamsPlaceholder):
             return MaskedState(inner_state=inner.init(params))
         mask_tree = mask_tree_for(params)
         return MaskedState(inner_state=inner.init(_mask_out(params, mask_tree)))

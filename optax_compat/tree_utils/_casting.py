@@ -8,8 +8,8 @@ from typing import Any, Optional, TypeVar
 import optree
 import torch
 
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 
 T = TypeVar("T")
 

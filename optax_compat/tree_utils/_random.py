@@ -11,9 +11,9 @@ from typing import Any, Optional
 
 import torch
 
-from optax_compat._src import building_blocks as bb
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import utils
-from optax_compat._src.building_blocks import tree_math as tm
 
 
 def tree_split_key_like(rng_key: utils.KeyLike, target_tree: Any) -> Any:

@@ -12,8 +12,8 @@ from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import optree
 
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math as tm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Initable(Protocol):
         """Returns the initial state."""
 
 
-class _ParamsPlaceholder:
+class ParamsPlaceholder:
     """Stands for the whole params tree when tracing where ``init`` puts params-shaped trees.
 
     It is a pytree node without children, so that ``init`` maps over it like over an empty
@@ -77,8 +77,8 @@ class _ParamsPlaceholder:
     """
 
 
-optree.register_pytree_node(_ParamsPlaceholder, lambda _: ((), None, ()),
-                            lambda _, children: _ParamsPlaceholder(), namespace=tm.NAMESPACE)
+optree.register_pytree_node(ParamsPlaceholder, lambda _: ((), None, ()),
+                            lambda _, children: ParamsPlaceholder(), namespace=tm.NAMESPACE)
 
 
 def _is_named_tuple(node: Any) -> bool:
@@ -94,7 +94,7 @@ def _children_with_keys(node: Any) -> Optional[list[tuple[KeyEntry, Any]]]:
         return [(DictKey(k), node[k]) for k in sorted(node, key=_sort_key)]
     if isinstance(node, (list, tuple)):
         return [(SequenceKey(i), child) for i, child in enumerate(node)]
-    if node is None or isinstance(node, _ParamsPlaceholder) or optree.tree_is_leaf(
+    if node is None or isinstance(node, ParamsPlaceholder) or optree.tree_is_leaf(
             node, none_is_leaf=tm.NONE_IS_LEAF, namespace=tm.NAMESPACE):
         return None
     children, _, entries, _ = optree.tree_flatten_one_level(
@@ -249,16 +249,16 @@ def tree_map_params(
     Returns:
       The new state.
     """
-    placeholder = _ParamsPlaceholder()
+    placeholder = ParamsPlaceholder()
     init = initable.init if isinstance(initable, Initable) else initable
     skeleton = init(placeholder)
 
     def map_params(marker: Any, value: Any) -> Any:
-        if isinstance(marker, _ParamsPlaceholder):
+        if isinstance(marker, ParamsPlaceholder):
             return optree.tree_map(f, value, *rest, is_leaf=is_leaf, none_is_leaf=False)
         if transform_non_params is not None:
             return transform_non_params(value)
         return value
 
     return tm.tree_map(map_params, skeleton, state,
-                       is_leaf=lambda v: isinstance(v, _ParamsPlaceholder))
+                       is_leaf=lambda v: isinstance(v, ParamsPlaceholder))

@@ -1,7 +1,7 @@
 """Arithmetic on pytrees (mirrors ``optax/tree_utils/_tree_math.py``).
 
 Each function flattens its trees once and does the arithmetic with one ``torch._foreach_*``
-call per operation through :mod:`optax_compat._src.building_blocks.tree_math`.
+call per operation through :mod:`optax_compat._runtime.tree_math`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, Optional, Union
 
 import torch
 
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 
 Scalar = Union[float, int, torch.Tensor]
 

@@ -17,8 +17,8 @@ import optree
 import torch
 
 from optax_compat import apply_updates
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import linesearch
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.testing import (
     Tolerance,
     assert_leaves_close,

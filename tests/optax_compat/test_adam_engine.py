@@ -12,7 +12,7 @@ import torch
 
 import optax_compat
 import torchopt_fn as torchopt
-from optax_compat._src import adam_engine
+from optax_compat._runtime import adam_engine
 from optax_compat.testing import assert_leaves_close, make_tree, to_jax
 from optax_compat.transforms import chain
 from tests.conftest import TEST_DEVICE

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src import counter_random
+from optax_compat._runtime import counter_random
 from optax_compat.testing import (
     assert_inplace_matches_pure,
     compare_with_optax,

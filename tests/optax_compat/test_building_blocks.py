@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import optax_compat as optax
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 
 
 def _params():

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optax_compat as ox
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math
 from optax_compat.testing import compare_with_optax, make_tree, strategies
 from tests.optax_compat.combinator_cases import (
     CASES_AND_DTYPES,

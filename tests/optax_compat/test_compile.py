@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import none_gradients
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import none_gradients
+from optax_compat._runtime import tree_math as tm
 from optax_compat.testing import check_compilable, make_tree
 
 ALIASES = (

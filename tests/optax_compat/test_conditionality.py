@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import compare_with_optax, make_tree
 from tests.optax_compat.combinator_cases import CASES_AND_DTYPES, INNER_CASES, jitted
 

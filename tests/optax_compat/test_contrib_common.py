@@ -10,7 +10,7 @@ import torch
 
 import optax_compat as ox
 import optax_compat.testing
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.contrib import (
     _mechanic,
     _momo,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.contrib import (
     _mechanic,
     _momo,

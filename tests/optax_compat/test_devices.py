@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 
 COMBINATORS = {
     "inject_hyperparams": lambda: ox.inject_hyperparams(ox.adam)(learning_rate=0.1),

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.experimental import aggregating
 from optax_compat.testing import (
     assert_leaves_close,

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 import optax_compat as optax
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import make_tree
 from tests.optax_compat.test_alias import ALIASES
 

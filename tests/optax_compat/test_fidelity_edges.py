@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import optax_compat as ox
+from optax_compat import _runtime as bb
 from optax_compat import testing
-from optax_compat._src import building_blocks as bb
 from optax_compat.testing import jax_precision, make_tree, to_jax
 
 

@@ -8,7 +8,7 @@ import torch
 
 import optax_compat as optax
 import torchopt_fn
-from optax_compat._src.building_blocks import none_gradients
+from optax_compat._runtime import none_gradients
 
 
 def _params():

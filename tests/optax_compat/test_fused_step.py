@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import optax_compat
+from optax_compat import _runtime as bb
 from optax_compat import testing
-from optax_compat._src import building_blocks as bb
-from optax_compat._src import compilation
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import compilation
+from optax_compat._runtime import tree_math as tm
 
 STEPS = 3
 
@@ -367,7 +367,7 @@ def test_per_leaf_loops_restores_inductor_as_it_found_it():
     from torch._inductor import config, scheduler
     from torch._inductor.codegen import cpp
 
-    from optax_compat._src import inductor_passes
+    from optax_compat._runtime import inductor_passes
 
     patched = [(cpp.OuterLoopFusedSchedulerNode, "check_outer_fusion_loop_level_attr"),
                (cpp.TilingSelect, "select_tiling"),

@@ -107,9 +107,9 @@ import torch
 from hypothesis import HealthCheck, Phase, assume, event, example, given, settings
 
 import optax_compat as ox
+from optax_compat import _runtime as bb
 from optax_compat import testing
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import state_signature, strategies
 
 FUZZ_LONG_EXAMPLES = 5_000

@@ -12,7 +12,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import optax_compat
-from optax_compat._src import inductor_passes
+from optax_compat._runtime import inductor_passes
 
 
 def _step(x: torch.Tensor, rows: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -226,11 +226,11 @@ def passes_unloadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     fused engine's record of the import is emptied before and after."""
     import sys
 
-    import optax_compat._src as src
-    from optax_compat._src import fused
+    import optax_compat._runtime as runtime
+    from optax_compat._runtime import fused
 
-    monkeypatch.delattr(src, "inductor_passes")
-    monkeypatch.setitem(sys.modules, "optax_compat._src.inductor_passes", None)
+    monkeypatch.delattr(runtime, "inductor_passes")
+    monkeypatch.setitem(sys.modules, "optax_compat._runtime.inductor_passes", None)
     fused._inductor_passes.cache_clear()
     yield
     fused._inductor_passes.cache_clear()

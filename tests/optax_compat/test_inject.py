@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import (
     assert_leaves_close,
     compare_with_optax,

@@ -15,8 +15,8 @@ import torch
 
 import optax_compat as optax
 import torchopt_fn as torchopt
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import transform as T
-from optax_compat._src.building_blocks import tree_math as tm
 from optax_compat.testing import assert_inplace_matches_pure, random_tree
 
 BLOCK = 1024

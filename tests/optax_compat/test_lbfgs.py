@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from optax_compat import apply_updates
-from optax_compat._src import alias, base, lbfgs, linesearch
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
+from optax_compat._src import alias, base, linesearch, transform
 from optax_compat.testing import (
     assert_leaves_close,
     compare_with_optax,
@@ -30,7 +30,7 @@ LINESEARCH_RTOL = {F64: 1e-9}
 def test_scale_by_lbfgs_matches_optax_on_random_trees(dtype, memory_size, scale_init_precond):
     # More steps than memory slots, so that the ring buffer wraps around.
     compare_with_optax(
-        lbfgs.scale_by_lbfgs(memory_size=memory_size, scale_init_precond=scale_init_precond),
+        transform.scale_by_lbfgs(memory_size=memory_size, scale_init_precond=scale_init_precond),
         lambda: jit_optax(optax.scale_by_lbfgs(memory_size=memory_size,
                                                scale_init_precond=scale_init_precond)),
         dtype, steps=6)
@@ -121,7 +121,7 @@ def test_lbfgs_converges_on_rosenbrock():
 
 def test_scale_by_lbfgs_memory_is_not_aliased_to_the_callers_tensors():
     params, grads = make_tree(F64, seed=0), make_tree(F64, seed=1)
-    tx = lbfgs.scale_by_lbfgs(memory_size=2)
+    tx = transform.scale_by_lbfgs(memory_size=2)
     _, state = tx.update(grads, tx.init(params), params)
     snapshot = [x.clone() for x in (state.params["layer"]["w"], state.updates["layer"]["w"])]
     params["layer"]["w"].add_(1.0)
@@ -132,7 +132,7 @@ def test_scale_by_lbfgs_memory_is_not_aliased_to_the_callers_tensors():
 
 def test_scale_by_lbfgs_is_differentiable():
     params = torch.randn(4, dtype=F64, generator=torch.Generator().manual_seed(0))
-    tx = lbfgs.scale_by_lbfgs(memory_size=2)
+    tx = transform.scale_by_lbfgs(memory_size=2)
     state = tx.init(params)
     grads = torch.randn(4, dtype=F64, generator=torch.Generator().manual_seed(1))
     _, state = tx.update(grads, state, params)
@@ -146,7 +146,7 @@ def test_scale_by_lbfgs_is_differentiable():
 
 def test_scale_by_lbfgs_first_step_is_capped_at_unit_norm():
     params = torch.zeros(3, dtype=F64)
-    tx = lbfgs.scale_by_lbfgs()
+    tx = transform.scale_by_lbfgs()
     big = torch.tensor([30.0, 40.0, 0.0], dtype=F64)
     small = torch.tensor([0.3, 0.4, 0.0], dtype=F64)
     assert math.isclose(tx.update(big, tx.init(params), params)[0].norm().item(), 1.0)
@@ -167,9 +167,9 @@ def test_lbfgs_state_types_match_optax():
 
 def test_bad_usage_raises_clear_errors():
     with pytest.raises(ValueError, match="memory_size must be >= 1"):
-        lbfgs.scale_by_lbfgs(memory_size=0)
+        transform.scale_by_lbfgs(memory_size=0)
     params = torch.ones(3, dtype=F64)
-    tx = lbfgs.scale_by_lbfgs()
+    tx = transform.scale_by_lbfgs()
     with pytest.raises(ValueError, match="requires the current value of parameters"):
         tx.update(params, tx.init(params), None)
     with pytest.raises(ValueError, match="structure of params"):
@@ -277,7 +277,7 @@ def test_scale_by_lbfgs_on_mixed_dtypes_matches_optax():
         tree["layer"]["w"] = tree["layer"]["w"].float()
         return tree
 
-    compare_with_optax(lbfgs.scale_by_lbfgs(memory_size=3),
+    compare_with_optax(transform.scale_by_lbfgs(memory_size=3),
                        lambda: jit_optax(optax.scale_by_lbfgs(memory_size=3)), torch.float32,
                        steps=5, params=mixed(0), grads=[mixed(i + 1) for i in range(5)])
 
@@ -287,7 +287,7 @@ def test_flat_and_leafwise_recursions_agree(monkeypatch):
     grads = [make_tree(F64, seed=i + 1) for i in range(6)]
 
     def run():
-        tx = lbfgs.scale_by_lbfgs(memory_size=4)
+        tx = transform.scale_by_lbfgs(memory_size=4)
         state, current, outputs = tx.init(params), params, []
         for grad in grads:
             updates, state = tx.update(grad, state, current)
@@ -296,7 +296,7 @@ def test_flat_and_leafwise_recursions_agree(monkeypatch):
         return outputs
 
     flat = run()
-    monkeypatch.setattr(lbfgs, "_concatenated", lambda leaves: False)
+    monkeypatch.setattr(transform, "_concatenated", lambda leaves: False)
     leafwise = run()
     for ours, reference in zip(flat, leafwise):
         for a, b in zip(tree_math.leaves(ours), tree_math.leaves(reference), strict=True):

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import compare_with_optax, make_tree, strategies
 from tests.optax_compat.combinator_cases import (
     CASES_AND_DTYPES,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from optax_compat import microbatching as mb
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import assert_leaves_close, jax_precision, make_tree, seeded_randn, to_jax
 
 theirs_mb = optax.microbatching

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import optax_compat as ox
 from optax_compat import testing
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 from optax_compat.testing import strategies
 
 LAW_SETTINGS = settings(max_examples=25, deadline=None,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from optax_compat import projections as proj
 from optax_compat import tree_utils
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import assert_leaves_close, jax_precision, make_tree, to_jax
 
 DTYPES = [torch.float32, torch.float64]

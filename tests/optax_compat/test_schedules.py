@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import optax_compat as ox
-from optax_compat._src.building_blocks import is_weak
+from optax_compat._runtime import is_weak
 from optax_compat.testing import jax_precision
 
 # Every third count to 200, plus both sides of the decay ends used below.

@@ -22,8 +22,8 @@ from hypothesis.errors import NoSuchExample
 from hypothesis.extra import numpy as hnp
 
 import optax_compat
+from optax_compat._runtime import tree_math
 from optax_compat._src import base
-from optax_compat._src.building_blocks import tree_math
 from optax_compat.testing import (
     assert_leaves_close,
     assert_tree_structure_equal,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import optax_compat
+from optax_compat import _runtime as bb
 from optax_compat._src import base
-from optax_compat._src import building_blocks as bb
 from optax_compat._src import transform as T
 from optax_compat.testing import (
     assert_inplace_matches_pure,

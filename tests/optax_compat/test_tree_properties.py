@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optax_compat import tree_utils as otu
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import assert_tree_structure_equal, assert_trees_all_close
 from optax_compat.testing.strategies import matching_trees, pytrees
 

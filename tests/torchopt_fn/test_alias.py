@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchopt_fn as torchopt
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import assert_trees_all_close
 from tests.conftest import TEST_DEVICE
 from torchopt_fn import _graph_tags

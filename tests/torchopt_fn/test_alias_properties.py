@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torchopt_fn as torchopt
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from optax_compat.testing import assert_trees_all_close, check_pure
 from optax_compat.testing.strategies import params_and_grads
 from torchopt_fn.transform.utils import to_optax

@@ -178,7 +178,7 @@ def test_load_state_dict_wrong_group_count_raises():
 
 
 def _tensors(state):
-    from optax_compat._src.building_blocks import tree_math
+    from optax_compat._runtime import tree_math
 
     return [t for t in tree_math.leaves(state) if isinstance(t, torch.Tensor)]
 

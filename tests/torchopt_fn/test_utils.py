@@ -35,7 +35,7 @@ def test_reference_extraction_restores_params_buffers_and_optimizer_state_exactl
     # the batch-norm running statistics moved in the forward passes and are references too
     assert not all(torch.equal(b, c) for b, c in zip(net.buffers(), original_buffers,
                                                      strict=True))
-    from optax_compat._src.building_blocks import tree_math
+    from optax_compat._runtime import tree_math
     restored = tuple(optimizer.state_groups)
     assert tree_math.treespec(restored) == tree_math.treespec(optimizer_state)
     for a, b in zip(tree_math.leaves(restored), tree_math.leaves(optimizer_state), strict=True):

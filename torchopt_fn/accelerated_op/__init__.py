@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
-from optax_compat._src import adam_engine
+from optax_compat._runtime import adam_engine
 from torchopt_fn.accelerated_op.adam_op import AdamOp
 from torchopt_fn.typing import Device
 

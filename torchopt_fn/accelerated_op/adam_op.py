@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from optax_compat._src import adam_engine
+from optax_compat._runtime import adam_engine
 
 __all__ = ["AdamOp"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optax_compat._src.adam_engine import AliasTerms
+from optax_compat._runtime.adam_engine import AdamHyperParams, AliasTerms
 from torchopt_fn.alias.utils import (
     check_learning_rate,
     flip_sign_and_add_weight_decay,
@@ -48,15 +48,16 @@ def adamw(lr: ScalarOrSchedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999)
     check_learning_rate(lr)
     scaler = scale_by_accelerated_adam if use_accelerated_op else scale_by_adam
     b1, b2 = betas
+    direction = scaler(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
+                       moment_requires_grad=moment_requires_grad)
     tx = tag_alias_steps("adamw", chain(
         flip_sign_and_add_weight_decay(weight_decay=0.0, maximize=maximize),
-        scaler(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
-               moment_requires_grad=moment_requires_grad),
+        direction,
         add_decayed_weights(weight_decay=weight_decay, mask=mask),
         scale_by_neg_lr(lr),
     ))
     # Whole in-place steps on the Adam engine; the accelerated op's on PyTorch's fused kernel
     # where it applies.
-    return on_adam_engine(tx, b1, b2, eps, eps_root, AliasTerms(
+    return on_adam_engine(tx, direction, AdamHyperParams(b1, b2, eps, eps_root), AliasTerms(
         lr, weight_decay=weight_decay if mask is None else None, l2=0.0, maximize=maximize,
         fused_kernel=use_accelerated_op))

@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
-import optax_compat._src.base as optax_base
-from optax_compat._src import adam_engine
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math
+import optax_compat
+from optax_compat import _runtime as bb
+from optax_compat._runtime import adam_engine, tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn.base import (
     ChainedGradientTransformation,
@@ -148,7 +147,7 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
                                step=_step_count(new_state), state=state)
         return new_updates, new_state
 
-    return _keeping_chain_type(tx, from_optax(optax_base.GradientTransformationExtraArgs(
+    return _keeping_chain_type(tx, from_optax(optax_compat.GradientTransformationExtraArgs(
         tx.init, update_fn)))
 
 
@@ -166,18 +165,14 @@ def _keeping_chain_type(tx: GradientTransformation,
     return chained
 
 
-def on_adam_engine(tx: GradientTransformation, b1: float, b2: float, eps: float, eps_root: float,
+def on_adam_engine(tx: ChainedGradientTransformation, direction: GradientTransformation,
+                   hp: adam_engine.AdamHyperParams,
                    terms: adam_engine.AliasTerms) -> GradientTransformation:
-    """``tx``, an Adam alias's chain, with an ``update`` that lets the Adam engine run the whole
-    alias on PyTorch's fused kernel when it applies (and ``terms.fused_kernel``), and the whole
-    in-place step attached (:func:`optax_compat.inplace_step`, used by
-    :class:`torchopt_fn.Optimizer`)."""
-    hp = adam_engine.AdamHyperParams(b1, b2, eps, eps_root)
-    steps = to_optax(tx)
-
-    def chain_update(updates: Updates, state: OptState, params: Params | None,
-                     inplace: bool) -> tuple[Updates, OptState]:
-        return steps.update(updates, state, params, inplace=inplace)
-
-    return _keeping_chain_type(tx, from_optax(optax_base.GradientTransformationExtraArgs(
-        tx.init, adam_engine.alias_update(hp, terms, chain_update))))
+    """``tx``, an Adam alias's chain with Adam's ``direction`` among its transformations, on the
+    Adam engine (``adam_engine.adam_alias``): the whole alias on PyTorch's fused kernel when it
+    applies (and ``terms.fused_kernel``), and the whole in-place step
+    (:func:`optax_compat.inplace_step`, used by :class:`torchopt_fn.Optimizer`)."""
+    adam_index = next(index for index, inner in enumerate(tx.transformations)
+                      if inner is direction)
+    return _keeping_chain_type(tx, from_optax(adam_engine.adam_alias(hp, terms, to_optax(tx),
+                                                                    adam_index)))

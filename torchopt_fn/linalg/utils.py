@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from optax_compat._runtime import tree_math
 from torchopt_fn import pytree
 from torchopt_fn._functorch_state import vmap_active
 from torchopt_fn.typing import TensorTree
@@ -21,7 +22,7 @@ def tree_vdot(tree_x: TensorTree, tree_y: TensorTree) -> torch.Tensor:
     """``Re(<x, y>)`` summed over the leaves, as a 0-d tensor (no host synchronisation)."""
     leaves_x, treespec = pytree.tree_flatten(tree_x)
     leaves_y = treespec.flatten_up_to(tree_y)
-    return sum(map(pytree._vdot_real, leaves_x, leaves_y))  # type: ignore[return-value]
+    return tree_math.real_vdot(leaves_x, leaves_y)
 
 
 def power_of_two_scale(tree: TensorTree) -> torch.Tensor:

@@ -8,10 +8,9 @@ from typing import Any
 
 import torch
 
-import optax_compat._src.base as optax_base
-from optax_compat import inplace_step
-from optax_compat._src.building_blocks import tree_math
-from optax_compat._src.torch_optimizer import TorchOptimizer
+import optax_compat
+from optax_compat import TorchOptimizer, inplace_step
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, to_optax
 from torchopt_fn.typing import OptState, Params
@@ -29,7 +28,7 @@ def as_transformation(impl: Any) -> GradientTransformation:
     """
     if isinstance(impl, GradientTransformation):
         return impl
-    if isinstance(impl, optax_base.GradientTransformation):
+    if isinstance(impl, optax_compat.GradientTransformation):
         return from_optax(impl)
     raise TypeError(f"{impl} (type: {type(impl).__name__}) is not a GradientTransformation")
 
@@ -97,7 +96,7 @@ class Optimizer(TorchOptimizer):
         super().add_param_group(param_group)
 
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
-            optax_base.GradientTransformationExtraArgs, StepFn | None]:
+            optax_compat.GradientTransformationExtraArgs, StepFn | None]:
         """The transformation of ``group`` and an in-place step replacing it (or ``None``).
 
         The step, ``step(params, grads, state, *, keep_grads) -> state``, does the whole update
@@ -159,7 +158,7 @@ class HyperparameterOptimizer(Optimizer):
         return type(self)._factory(**arguments), None
 
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
-            optax_base.GradientTransformationExtraArgs, StepFn | None]:
+            optax_compat.GradientTransformationExtraArgs, StepFn | None]:
         values = {name: group[name] for name in self._hyperparameters}
         key = tuple(values.values())
         built = self._built.get(id(group))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optax_compat.transforms import _adding, _masking
+import optax_compat
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, to_optax
 from torchopt_fn.typing import OptState, Params
@@ -27,7 +27,7 @@ def masked(inner: GradientTransformation, mask: Mask | None = None) -> GradientT
     """
     if mask is None:
         return inner
-    return from_optax(_masking.masked(to_optax(inner), mask))
+    return from_optax(optax_compat.masked(to_optax(inner), mask))
 
 
 def add_decayed_weights(weight_decay: float = 0.0,
@@ -43,4 +43,4 @@ def add_decayed_weights(weight_decay: float = 0.0,
     """
     if not weight_decay >= 0.0:
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-    return from_optax(_adding.add_decayed_weights(weight_decay, mask))
+    return from_optax(optax_compat.add_decayed_weights(weight_decay, mask))

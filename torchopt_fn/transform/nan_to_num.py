@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import EmptyState, GradientTransformation
 from torchopt_fn.typing import OptState, Params, Updates
 

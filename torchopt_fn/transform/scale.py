@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optax_compat._src import transform as optax_transform
+import optax_compat
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax
 
@@ -18,4 +18,4 @@ def scale(step_size: float) -> GradientTransformation:
     Returns:
       A :class:`GradientTransformation` with an empty state.
     """
-    return from_optax(optax_transform.scale(step_size))
+    return from_optax(optax_compat.scale(step_size))

@@ -5,7 +5,7 @@ TorchOpt's Adam numerics are Optax's: ``m_hat / (sqrt(v_hat + eps_root) + eps)``
 
 from __future__ import annotations
 
-from optax_compat._src import adam_engine
+from optax_compat._runtime import adam_engine
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optax_compat._src import transform as optax_transform
+import optax_compat
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
 
@@ -31,5 +31,5 @@ def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
         raise ValueError(f"Invalid beta parameter at index 1: {b2}")
     if not eps >= 0.0:
         raise ValueError(f"Invalid epsilon value: {eps}")
-    tx = from_optax(optax_transform.scale_by_adamax(b1=b1, b2=b2, eps=eps))
+    tx = from_optax(optax_compat.scale_by_adamax(b1=b1, b2=b2, eps=eps))
     return with_moment_requires_grad(tx, moment_requires_grad)

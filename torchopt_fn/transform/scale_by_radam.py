@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src import numerics
-from optax_compat._src.building_blocks import tree_math
+import optax_compat
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import moment_leaves, with_moment_requires_grad
 from torchopt_fn.typing import OptState, Params, Updates
@@ -87,7 +87,7 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
         nu = tree_math.leaves_like(state.nu, spec, "state.nu", updates)
         mu = moment_leaves(grads, mu, b1, order=1, inplace=inplace)
         nu = moment_leaves(grads, nu, b2, order=2, inplace=inplace)
-        count = numerics.safe_increment(state.count)
+        count = optax_compat.safe_increment(state.count)
         rectify, inv_bias_correction1, rectified = _rectified_step_sizes(count, b1, b2)
         mu_hat = tree_math.mul(mu, inv_bias_correction1)
         adaptive = tree_math.div(tree_math.mul(mu_hat, rectified),

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import divide_updates, moment_leaves
 from torchopt_fn.typing import OptState, Params, Updates

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.scale_by_rms import filled_like
 from torchopt_fn.transform.utils import moment_leaves

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optax_compat._src import transform as optax_transform
+import optax_compat
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax
 from torchopt_fn.typing import Schedule
@@ -19,4 +19,4 @@ def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:
     Returns:
       A :class:`GradientTransformation` whose state holds the step count.
     """
-    return from_optax(optax_transform.scale_by_schedule(step_size_fn))
+    return from_optax(optax_compat.scale_by_schedule(step_size_fn))

@@ -11,9 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from optax_compat._src import numerics
-from optax_compat._src.building_blocks import tree_math
-from optax_compat.transforms import _accumulation
+import optax_compat
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation, identity
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
 from torchopt_fn.typing import OptState, Params, Updates
@@ -45,7 +44,7 @@ def _dampened_trace(momentum: float, dampening: float) -> GradientTransformation
         dampened = tree_math.add_scaled(tree_math.mul(buffers, momentum), 1.0 - dampening, grads)
         new_trace = tree_math.where(state.count == 0, grads, dampened)
         new_state = DampenedTraceState(trace=tree_math.unflatten(spec, new_trace),
-                                       count=numerics.safe_increment(state.count))
+                                       count=optax_compat.safe_increment(state.count))
         if inplace and grads:
             # The next transformations may write into the updates: they must not be the trace.
             tree_math.copy_(grads, new_trace)
@@ -78,7 +77,7 @@ def trace(momentum: float = 0.9, dampening: float = 0.0, nesterov: bool = False,
     if momentum == 0.0:
         return identity()
     if dampening == 0.0:
-        tx = from_optax(_accumulation.trace(decay=momentum, nesterov=nesterov))
+        tx = from_optax(optax_compat.trace(decay=momentum, nesterov=nesterov))
     else:
         tx = _dampened_trace(momentum, dampening)
     return with_moment_requires_grad(tx, moment_requires_grad)

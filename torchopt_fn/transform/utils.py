@@ -15,7 +15,7 @@ from typing import Any
 import optree
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation, chain_optax_compat, from_optax, to_optax
 from torchopt_fn.typing import OptState, Params, Updates
 

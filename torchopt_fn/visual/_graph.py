@@ -11,7 +11,7 @@ import optree
 import torch
 from torch.autograd.graph import Node
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn._graph_tags import path_name
 from torchopt_fn.typing import TensorTree
 from torchopt_fn.visual import _large

@@ -7,7 +7,7 @@ import warnings
 import optree
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation, UninitializedState
 from torchopt_fn.optim.base import as_transformation
 from torchopt_fn.typing import OptState, Params

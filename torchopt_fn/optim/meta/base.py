@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from optax_compat import checkpoint
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 from torchopt_fn._graph_tags import tag_optimizer_step
 from torchopt_fn._module_containers import extract_module_containers
 from torchopt_fn.base import GradientTransformation, UninitializedState

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 
 _MASK = 0xFFFFFFFF
 _MULTIPLIER = 0x45D9F3B

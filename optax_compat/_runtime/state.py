@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
 
 NO_PARAMS_MSG = (
     "You are using a transformation that requires the current value of parameters, but you "

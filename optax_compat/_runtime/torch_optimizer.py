@@ -35,8 +35,8 @@ from typing import Any
 import optree
 import torch
 
-from optax_compat._src import base, checkpoint
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import checkpoint, tree_math
+from optax_compat._src import base
 from optax_compat.schedules._inject import InjectHyperparamsState, InjectStatefulHyperparamsState
 from optax_compat.transforms._masking import MaskedNode
 

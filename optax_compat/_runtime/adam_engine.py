@@ -69,9 +69,9 @@ from typing import Any, Literal, NamedTuple, Optional
 
 import torch
 
+from optax_compat import _runtime as bb
+from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
 
 Path = Literal["formula", "foreach", "kernel"]
 Mode = Literal["pure", "inplace", "apply"]
@@ -473,29 +473,39 @@ def inplace_step(tx: Any) -> Optional[StepFn]:
     Returns:
       The step function, or ``None``.
     """
-    return getattr(getattr(tx, "update", None), "apply_step", None)
+    return bb.capabilities_of(tx).whole_step
 
 
-def alias_update(hp: AdamHyperParams, terms: AliasTerms,
-                 chain_update: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``update`` of an ``adam``/``adamw`` alias built as a chain of transformations.
+def adam_alias(hp: AdamHyperParams, terms: AliasTerms,
+               chain: base.GradientTransformationExtraArgs,
+               adam_index: int) -> base.GradientTransformationExtraArgs:
+    """An ``adam``/``adamw`` alias: ``chain``, with the engine running whole steps when it can.
+
+    ``optax_compat``'s and ``torchopt_fn``'s aliases both end here, each with the chain it
+    builds: Adam's direction, the decay terms around it, and last the learning rate.
 
     Args:
-      hp: the hyper-parameters of its ``scale_by_adam``.
-      terms: its learning rate and decay.
-      chain_update: ``chain_update(updates, state, params, inplace)``, the chain's ``update``,
-        run on every step the engine does not run whole (see :func:`plan`); its state is a
-        tuple holding one ``ScaleByAdamState`` and, last, the learning rate's state.
+      hp: the hyper-parameters of the chain's ``scale_by_adam``.
+      terms: the alias's learning rate and decay.
+      chain: the alias as a chain (``optax_compat``'s ``update`` convention, accepting
+        ``inplace``), run on every step the engine does not run whole (see :func:`plan`). Its
+        state is a tuple: the ``ScaleByAdamState`` at ``adam_index``, the learning rate's
+        state last.
+      adam_index: the position of the ``ScaleByAdamState`` in the chain's state.
 
     Returns:
-      The alias's ``update(updates, state, params=None, *, inplace=False, **extra_args)``
-      (``optax_compat``'s convention), with the whole in-place step as its ``apply_step``
-      attribute.
+      The alias, with ``chain``'s ``init`` and state; its ``update`` is declared in-place
+      capable, in the layouts ``chain`` allows, and with the whole in-place step. Without a
+      learning rate (``None``: Optax's aliases then stop at the direction) it is ``chain``.
     """
+    if terms.learning_rate is None:
+        return chain
+
+    def chain_update(updates: Any, state: Any, params: Any, inplace: bool) -> Any:
+        return chain.update(updates, state, params, inplace=inplace)
 
     def run(updates: Any, state: Any, params: Any, mode: Mode,
             fallback: Callable[[Any], Any], keep_updates: bool = False) -> Any:
-        adam_index = _adam_state_index(state)
         adam_state, lr_state = state[adam_index], state[-1]
         gs, spec = tm.flatten(updates)
         mus = bb.state_leaves(adam_state.mu, spec, updates, "state.mu")
@@ -530,6 +540,7 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
                      new_lr_state)
         return new_state if out is None else (tm.unflatten(spec, out), new_state)
 
+    @bb.elementwise_if(chain)
     @bb.supports_inplace
     def update(updates: base.Updates, state: base.OptState,
                params: Optional[base.Params] = None, *, inplace: bool = False,
@@ -551,13 +562,5 @@ def alias_update(hp: AdamHyperParams, terms: AliasTerms,
         with torch.no_grad():
             return run(grads, state, params, "apply", fallback, keep_grads)
 
-    update.apply_step = bb.tolerates_none_step(apply_step)  # type: ignore[attr-defined]
-    return update
-
-
-def _adam_state_index(state: tuple) -> int:
-    """The position of the (one) :class:`ScaleByAdamState` in an alias's chain state."""
-    for index, inner in enumerate(state):
-        if isinstance(inner, ScaleByAdamState):
-            return index
-    raise ValueError("The state of an Adam alias holds no ScaleByAdamState.")
+    bb.declare(update, whole_step=bb.tolerates_none_step(apply_step))
+    return base.GradientTransformationExtraArgs(chain.init, update)

@@ -1,4 +1,11 @@
-"""The building blocks every transformation of this package is written with.
+"""The PyTorch runtime beneath the Optax mirror: building blocks and engines.
+
+It holds the building blocks transformations are written with, the engines (the Adam engine,
+``fused_step`` and its Inductor passes, the ``torch.optim`` adapter, checkpoints) and their
+plumbing. How the layers stack, in one picture: ``docs/guides/architecture.md``.
+
+Transformations are written with the building blocks, which this package's namespace gathers
+(``from optax_compat import _runtime as bb``):
 
 * :mod:`.tree_math` — arithmetic over the leaves of pytrees with ``torch._foreach_*`` (the hot
   path), structure checks and reductions.
@@ -13,6 +20,10 @@
 * :mod:`.none_gradients` — ``None`` gradients (PyTorch's unused parameters), for every
   transformation at once.
 
+``torchopt_fn`` is built on ``optax_compat``'s public API and on this package's interface only:
+its namespace and the modules named in :data:`INTERFACE_MODULES`. ``torchopt_fn/ruff.toml`` bans
+every other private module there (tests/test_layers.py keeps that list complete).
+
 A transformation in five lines (Optax's shape, run on foreach kernels)::
 
     def scale_by_momentum(decay):
@@ -25,8 +36,9 @@ A transformation in five lines (Optax's shape, run on foreach kernels)::
         return base.GradientTransformation(init, update)
 """
 
-from optax_compat._src.building_blocks import tree_math
-from optax_compat._src.building_blocks.dtypes import (
+from optax_compat._runtime import tree_math
+from optax_compat._runtime.capabilities import Capabilities, capabilities_of, declare
+from optax_compat._runtime.dtypes import (
     as_strong,
     as_weak,
     canonical_dtype,
@@ -35,7 +47,7 @@ from optax_compat._src.building_blocks.dtypes import (
     is_weak,
     result_dtype,
 )
-from optax_compat._src.building_blocks.flat_safe import (
+from optax_compat._runtime.flat_safe import (
     FLAT,
     LAYOUTS,
     STACKED,
@@ -45,32 +57,32 @@ from optax_compat._src.building_blocks.flat_safe import (
     per_leaf,
     why_not,
 )
-from optax_compat._src.building_blocks.inplace import (
+from optax_compat._runtime.inplace import (
     declares_inplace,
     supports_inplace,
     without_inplace_request,
 )
-from optax_compat._src.building_blocks.moments import (
+from optax_compat._runtime.moments import (
     adam_ratio,
     bias_correction,
     debias,
     first_moment,
     update_moment,
 )
-from optax_compat._src.building_blocks.none_gradients import (
+from optax_compat._runtime.none_gradients import (
     Pruning,
     present_pairs,
     pruning,
     tolerates_none,
     tolerates_none_step,
 )
-from optax_compat._src.building_blocks.numbers import (
+from optax_compat._runtime.numbers import (
     check_hyperparameter,
     is_number,
     is_one,
     is_zero,
 )
-from optax_compat._src.building_blocks.state import (
+from optax_compat._runtime.state import (
     NO_PARAMS_MSG,
     device_of,
     emit,
@@ -82,3 +94,6 @@ from optax_compat._src.building_blocks.state import (
     zero_count,
     zeros,
 )
+
+#: The runtime modules ``torchopt_fn`` may import besides this package's namespace.
+INTERFACE_MODULES = ("tree_math", "adam_engine")

@@ -1,5 +1,5 @@
 """An Inductor pass and code-generation settings for the fused steps of
-:mod:`optax_compat._src.fused`.
+:mod:`optax_compat._runtime.fused`.
 
 Imported only when a fused step compiles with Inductor (importing Inductor takes seconds).
 """

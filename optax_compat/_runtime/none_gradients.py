@@ -48,12 +48,12 @@ from typing import Any, TypeVar
 import optree
 import torch
 
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
+from optax_compat._runtime.capabilities import capabilities_of, declare
 
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
 StepFn = TypeVar("StepFn", bound=Callable[..., Any])
 
-_MARK = "tolerates_none"
 _WRAPPER = "_tolerating_none"
 
 
@@ -227,10 +227,10 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
     ``update_fn`` is called ``update_fn(updates, state, *args, **kwargs)`` with ``params`` as the
     first of ``args`` (Optax's convention) or as the keyword ``params`` (TorchOpt's). Wrapped
     functions are returned unchanged, and a function is wrapped once (two transformations built
-    from the same functions compare equal); markers set on ``update_fn`` (such as in-place
-    support) are kept.
+    from the same functions compare equal); ``update_fn``'s capability record (in-place support,
+    layouts) is kept.
     """
-    if getattr(update_fn, _MARK, False):
+    if capabilities_of(update_fn).tolerates_none:
         return update_fn
     wrapped = getattr(update_fn, _WRAPPER, None)
     if wrapped is not None:  # one wrapper per function: pairs built from it compare equal
@@ -270,7 +270,7 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
                 raise
             raise ValueError(f"The shapes of updates and {mismatch}.") from error
 
-    setattr(update, _MARK, True)
+    declare(update, tolerates_none=True)
     with contextlib.suppress(AttributeError):  # bound methods take no attributes
         setattr(update_fn, _WRAPPER, update)
     return update  # type: ignore[return-value]

@@ -31,7 +31,7 @@ def compile_options(backend: str | Callable[..., Any] = "inductor") -> dict[str,
 
     Example:
       >>> import torch
-      >>> from optax_compat._src.compilation import compile_options
+      >>> from optax_compat._runtime.compilation import compile_options
       >>> step = torch.compile(torch.neg, options=compile_options())
       >>> compile_options("eager") is None
       True

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from optax_compat._src.config import config
+from optax_compat._runtime.config import config
 
 # The attribute marking a tensor of the default float as strongly typed (see :func:`as_strong`).
 _STRONG = "_optax_compat_strong_type"

@@ -17,7 +17,7 @@ from typing import Any
 
 import optree
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 
 __all__ = ["state_from_flat_dict", "state_to_flat_dict"]
 

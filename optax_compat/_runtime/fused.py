@@ -35,9 +35,10 @@ from typing import Any
 import optree
 import torch
 
-from optax_compat._src import base, compilation, update
-from optax_compat._src import building_blocks as bb
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat import _runtime as bb
+from optax_compat._runtime import compilation
+from optax_compat._runtime import tree_math as tm
+from optax_compat._src import base, update
 
 # Inductor stores a value read by two kernels when its expression reads more than
 # ``realize_reads_threshold`` (default 4) buffers, and recomputes it otherwise. In the stacked
@@ -176,13 +177,13 @@ class FusedStep:
     def _timed_backend(self, graph: torch.fx.GraphModule,
                        example_inputs: Sequence[torch.Tensor]) -> Any:
         """The chosen backend, noting that this call compiles; Inductor runs with the post-grad
-        pass :class:`~optax_compat._src.inductor_passes.HoistScalars` and, when a buffer is on
-        the CPU, with :func:`~optax_compat._src.compilation.compile_options` and, for the
+        pass :class:`~optax_compat._runtime.inductor_passes.HoistScalars` and, when a buffer is on
+        the CPU, with :func:`~optax_compat._runtime.compilation.compile_options` and, for the
         stacked layout, :data:`STACKED_REALIZE_READS_THRESHOLD` and
-        :func:`~optax_compat._src.inductor_passes.per_leaf_loops` (settings of, and measured
+        :func:`~optax_compat._runtime.inductor_passes.per_leaf_loops` (settings of, and measured
         with, Inductor's C++ code; a GPU's kernels compile with Inductor's own). Our passes
         fall back to stock Inductor where they do not fit this PyTorch
-        (:func:`~optax_compat._src.inductor_passes.compile_with_passes`)."""
+        (:func:`~optax_compat._runtime.inductor_passes.compile_with_passes`)."""
         self._compiled_in_call = True
         compiler = torch._dynamo.lookup_backend(self._backend)
         if self._backend != "inductor":
@@ -202,12 +203,12 @@ class FusedStep:
 
 @functools.cache
 def _inductor_passes() -> types.ModuleType | None:
-    """:mod:`optax_compat._src.inductor_passes`, imported on first use (importing Inductor
+    """:mod:`optax_compat._runtime.inductor_passes`, imported on first use (importing Inductor
     takes seconds), or ``None`` with a one-time warning where it cannot be imported on this
     PyTorch (Inductor's private modules moved): fused steps then compile with stock Inductor,
     with the same numbers."""
     try:
-        from optax_compat._src import inductor_passes
+        from optax_compat._runtime import inductor_passes
     except Exception as error:  # any failure of a private import: stock Inductor decides
         warnings.warn(f"optax_compat.fused_step: optax_compat's Inductor passes cannot load on "
                       f"torch {torch.__version__} ({type(error).__name__}: {error}), so fused "
@@ -248,7 +249,7 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
 
     Args:
       tx: a transformation declared elementwise, with global reductions, or per leaf (with
-        ``optax_compat._src.building_blocks.flat_safe``; ``chain``, ``named_chain``,
+        ``optax_compat._runtime.flat_safe``; ``chain``, ``named_chain``,
         ``inject_hyperparams``, ``apply_if_finite``, ... allow what their inner ones do).
       params: a tree (dict, list, tuple, ...) of tensors, re-pointed as described above.
       backend: the ``torch.compile`` backend (``"aot_eager"`` compiles faster, fuses nothing),

@@ -22,8 +22,8 @@ A transformation declares what it does by decorating its ``update``:
 * :func:`per_leaf`: reductions or shapes of single leaves, ``STACKED`` only;
 * :func:`elementwise_if`: combinators and wrappers, the layouts all their inner ones allow.
 
-Undeclared transformations allow neither. Markers are set before ``update`` is wrapped
-(``functools.wraps`` carries them).
+Undeclared transformations allow neither. The layouts are a field of the transformation's
+capability record (:mod:`.capabilities`), which ``functools.wraps`` carries to wrappers.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
+from optax_compat._runtime.capabilities import capabilities_of, declare
+
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
 
 FLAT = "flat"
 STACKED = "stacked"
 LAYOUTS = (FLAT, STACKED)
-
-_MARK = "packed_layouts"  # {layout: None if allowed, else why not}
 
 
 def _marker(**reasons: Optional[str]) -> Callable[[UpdateFn], UpdateFn]:
@@ -45,9 +45,8 @@ def _marker(**reasons: Optional[str]) -> Callable[[UpdateFn], UpdateFn]:
     transformation's name)."""
     def mark(update_fn: UpdateFn) -> UpdateFn:
         name = _name(update_fn)
-        setattr(update_fn, _MARK, {layout: None if reason is None else f"{name} {reason}"
-                                   for layout, reason in reasons.items()})
-        return update_fn
+        return declare(update_fn, layouts={layout: None if reason is None else f"{name} {reason}"
+                                           for layout, reason in reasons.items()})
 
     return mark
 
@@ -94,8 +93,7 @@ def elementwise_if(*inner: Any, global_reduction: Optional[str] = None,
         own = reasons
         if global_reduction is not None:
             own = {**reasons, STACKED: f"{_name(update_fn)} {global_reduction}"}
-        setattr(update_fn, _MARK, own)
-        return update_fn
+        return declare(update_fn, layouts=own)
 
     return mark
 
@@ -108,9 +106,9 @@ def why_not(tx_or_update: Any, layout: str = FLAT) -> Optional[str]:
     """
     if layout not in LAYOUTS:
         raise ValueError(f"Unknown layout {layout!r}; expected one of {LAYOUTS}.")
-    update_fn = getattr(tx_or_update, "update", tx_or_update)
-    reasons = getattr(update_fn, _MARK, None)
+    reasons = capabilities_of(tx_or_update).layouts
     if reasons is None:
+        update_fn = getattr(tx_or_update, "update", tx_or_update)
         return f"{_name(update_fn)} is not declared elementwise or per-leaf"
     return reasons[layout]
 

@@ -18,22 +18,20 @@ from typing import Any, TypeVar
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import tree_math as tm
+from optax_compat._runtime.capabilities import capabilities_of, declare
 
 UpdateFn = TypeVar("UpdateFn", bound=Callable[..., Any])
 
-_MARK = "supports_inplace"
-
 
 def supports_inplace(update_fn: UpdateFn) -> UpdateFn:
-    """Declares that ``update_fn`` honours ``inplace=True``; returns it, marked."""
-    setattr(update_fn, _MARK, True)
-    return update_fn
+    """Declares that ``update_fn`` honours ``inplace=True``; returns it, declared."""
+    return declare(update_fn, inplace=True)
 
 
 def declares_inplace(update_fn: Callable[..., Any]) -> bool:
     """Whether ``update_fn`` was declared with :func:`supports_inplace`."""
-    return getattr(update_fn, _MARK, False)
+    return capabilities_of(update_fn).inplace is True
 
 
 def without_inplace_request(update_fn: UpdateFn) -> UpdateFn:
@@ -41,7 +39,7 @@ def without_inplace_request(update_fn: UpdateFn) -> UpdateFn:
 
     Already-declared and already-wrapped functions are returned unchanged.
     """
-    if hasattr(update_fn, _MARK):
+    if capabilities_of(update_fn).inplace is not None:
         return update_fn
 
     @functools.wraps(update_fn)
@@ -52,8 +50,7 @@ def without_inplace_request(update_fn: UpdateFn) -> UpdateFn:
             new_updates = _apart_from_state(new_updates, new_state, updates)
         return new_updates, new_state
 
-    setattr(update, _MARK, False)
-    return update  # type: ignore[return-value]
+    return declare(update, inplace=False)
 
 
 def _apart_from_state(new_updates: Any, new_state: Any, incoming: Any) -> Any:

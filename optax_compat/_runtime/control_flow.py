@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 
 T = TypeVar("T")
 

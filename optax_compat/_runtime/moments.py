@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from optax_compat._runtime import tree_math as tm
+from optax_compat._runtime.dtypes import default_float, is_weak
+from optax_compat._runtime.numbers import is_number, is_zero
 from optax_compat._src import numerics
-from optax_compat._src.building_blocks import tree_math as tm
-from optax_compat._src.building_blocks.dtypes import default_float, is_weak
-from optax_compat._src.building_blocks.numbers import is_number, is_zero
 
 Scalar = tm.Scalar
 

@@ -30,8 +30,8 @@ from typing import Any, Union
 import optree
 import torch
 
-from optax_compat._src.building_blocks.dtypes import as_weak, default_float
-from optax_compat._src.building_blocks.numbers import is_one
+from optax_compat._runtime.dtypes import as_weak, default_float
+from optax_compat._runtime.numbers import is_one
 
 Leaves = list[torch.Tensor]
 Scalar = Union[float, int, torch.Tensor]
@@ -658,6 +658,18 @@ def vdot(xs: Leaves, ys: Leaves) -> torch.Tensor:
                             for x, y in zip(xs, ys, strict=True)])
     return sum_scalars([torch.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(xs, ys)])
 
+
+
+def real_vdot(xs: Leaves, ys: Leaves) -> torch.Tensor:
+    """``Re(sum(conj(x) * y))`` over all elements of all leaves, a 0-d tensor (the inner product
+    of the real vector space, which TorchOpt's linear solvers use); a real and a complex leaf
+    meet through their real parts."""
+    def leaf(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.reshape(-1), y.reshape(-1)
+        dot = torch.dot(x.real, y.real)
+        return dot + torch.dot(x.imag, y.imag) if x.is_complex() and y.is_complex() else dot
+
+    return sum(map(leaf, xs, ys))
 
 def sum_scalars(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """Adds 0-d tensors of possibly different dtypes, promoting as JAX does (none: a weak 0)."""

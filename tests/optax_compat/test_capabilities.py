@@ -1,0 +1,175 @@
+"""Every transformation's capability record, listed: what its ``update`` declares it can do.
+
+The record (:mod:`optax_compat._runtime.capabilities`) is what the fast paths read:
+``update(..., inplace=True)``, :func:`optax_compat.fused_step`'s layouts, ``None`` gradients and
+the whole in-place step of :func:`optax_compat.inplace_step`. This table is the review point for
+a change to any of them. Each transformation is built with its simplest arguments (the
+defaults, and the simplest values of its required ones: ``optax_compat.testing``'s ranges).
+
+A row reads ``<in-place> <layouts> <None gradients> <whole step>``:
+
+* in-place: ``inplace`` (honours ``inplace=True``), ``drops-inplace`` (an entry drops the
+  request), ``-`` (undeclared);
+* layouts: the packed layouts ``fused_step`` may use (``flat``, ``stacked``), ``none`` (declared,
+  neither allowed), ``-`` (undeclared);
+* ``none-ok``: handles ``None`` gradients; ``whole-step``: carries a whole in-place step.
+"""
+
+import functools
+import warnings
+
+import hypothesis
+import pytest
+
+import optax_compat
+from optax_compat import _runtime as bb
+from optax_compat.testing import _hyperparameters, _transform_strategies
+
+CAPABILITIES = {
+    "adabelief": "inplace flat+stacked none-ok -",
+    "adadelta": "inplace flat+stacked none-ok -",
+    "adafactor": "inplace stacked none-ok -",
+    "adagrad": "inplace flat+stacked none-ok -",
+    "adam": "inplace flat+stacked none-ok whole-step",
+    "adamax": "inplace flat+stacked none-ok -",
+    "adamaxw": "inplace flat+stacked none-ok -",
+    "adamw": "inplace flat+stacked none-ok whole-step",
+    "adan": "inplace flat+stacked none-ok -",
+    "adaptive_grad_clip": "- stacked none-ok -",
+    "add_decayed_weights": "inplace flat+stacked none-ok -",
+    "add_noise": "inplace - none-ok -",
+    "amsgrad": "inplace flat+stacked none-ok -",
+    "apply_every": "- - none-ok -",
+    "centralize": "- stacked none-ok -",
+    "clip": "inplace flat+stacked none-ok -",
+    "clip_by_block_rms": "inplace stacked none-ok -",
+    "clip_by_global_norm": "inplace flat none-ok -",
+    "contrib.acprop": "inplace flat+stacked none-ok -",
+    "contrib.ademamix": "inplace flat+stacked none-ok -",
+    "contrib.adopt": "inplace flat+stacked none-ok -",
+    "contrib.cocob": "inplace none none-ok -",
+    "contrib.dadapt_adamw": "drops-inplace flat none-ok -",
+    "contrib.differentially_private_aggregate": "- - none-ok -",
+    "contrib.dog": "inplace none none-ok -",
+    "contrib.dowg": "inplace none none-ok -",
+    "contrib.dpsgd": "inplace none none-ok -",
+    "contrib.galore": "inplace none none-ok -",
+    "contrib.hutchinson_estimator_diag_hessian": "drops-inplace - none-ok -",
+    "contrib.madgrad": "inplace none none-ok -",
+    "contrib.momo": "drops-inplace - none-ok -",
+    "contrib.momo_adam": "drops-inplace - none-ok -",
+    "contrib.muon": "inplace - none-ok -",
+    "contrib.normalize": "- - none-ok -",
+    "contrib.prodigy": "drops-inplace flat none-ok -",
+    "contrib.reduce_on_plateau": "drops-inplace - none-ok -",
+    "contrib.scale_by_acprop": "inplace flat+stacked none-ok -",
+    "contrib.scale_by_ademamix": "inplace flat+stacked none-ok -",
+    "contrib.scale_by_adopt": "inplace flat+stacked none-ok -",
+    "contrib.scale_by_cocob": "- - none-ok -",
+    "contrib.scale_by_galore": "- - none-ok -",
+    "contrib.scale_by_madgrad": "- - none-ok -",
+    "contrib.scale_by_muon": "inplace - none-ok -",
+    "contrib.scale_by_simplified_ademamix": "- flat+stacked none-ok -",
+    "contrib.schedule_free_adamw": "drops-inplace flat+stacked none-ok -",
+    "contrib.schedule_free_sgd": "drops-inplace flat+stacked none-ok -",
+    "contrib.simplified_ademamix": "inplace flat+stacked none-ok -",
+    "contrib.sophia": "inplace none none-ok -",
+    "ema": "inplace flat+stacked none-ok -",
+    "fromage": "inplace stacked none-ok -",
+    "identity": "- flat+stacked none-ok -",
+    "keep_params_nonnegative": "- flat+stacked none-ok -",
+    "lamb": "inplace stacked none-ok -",
+    "lars": "inplace stacked none-ok -",
+    "lbfgs": "inplace none none-ok -",
+    "lion": "inplace flat+stacked none-ok -",
+    "nadam": "inplace flat+stacked none-ok whole-step",
+    "nadamw": "inplace flat+stacked none-ok whole-step",
+    "noisy_sgd": "inplace none none-ok -",
+    "normalize_by_update_norm": "- flat none-ok -",
+    "novograd": "inplace stacked none-ok -",
+    "optimistic_adam": "inplace flat+stacked none-ok -",
+    "optimistic_adam_v2": "inplace flat+stacked none-ok -",
+    "optimistic_gradient_descent": "inplace flat+stacked none-ok -",
+    "polyak_sgd": "inplace flat none-ok -",
+    "radam": "inplace flat+stacked none-ok -",
+    "rmsprop": "inplace flat+stacked none-ok -",
+    "rprop": "inplace flat+stacked none-ok -",
+    "scale": "inplace flat+stacked none-ok -",
+    "scale_by_adadelta": "inplace flat+stacked none-ok -",
+    "scale_by_adam": "inplace flat+stacked none-ok -",
+    "scale_by_adamax": "inplace flat+stacked none-ok -",
+    "scale_by_adan": "inplace flat+stacked none-ok -",
+    "scale_by_amsgrad": "inplace flat+stacked none-ok -",
+    "scale_by_backtracking_linesearch": "drops-inplace - none-ok -",
+    "scale_by_belief": "inplace flat+stacked none-ok -",
+    "scale_by_distance_over_gradients": "- - none-ok -",
+    "scale_by_factored_rms": "inplace stacked none-ok -",
+    "scale_by_lbfgs": "inplace - none-ok -",
+    "scale_by_learning_rate": "drops-inplace flat+stacked none-ok -",
+    "scale_by_lion": "inplace flat+stacked none-ok -",
+    "scale_by_novograd": "inplace stacked none-ok -",
+    "scale_by_optimistic_gradient": "inplace flat+stacked none-ok -",
+    "scale_by_param_block_norm": "inplace stacked none-ok -",
+    "scale_by_param_block_rms": "inplace stacked none-ok -",
+    "scale_by_polyak": "drops-inplace flat none-ok -",
+    "scale_by_radam": "inplace flat+stacked none-ok -",
+    "scale_by_rms": "inplace flat+stacked none-ok -",
+    "scale_by_rprop": "inplace flat+stacked none-ok -",
+    "scale_by_rss": "inplace flat+stacked none-ok -",
+    "scale_by_schedule": "inplace flat+stacked none-ok -",
+    "scale_by_sign": "inplace flat+stacked none-ok -",
+    "scale_by_sm3": "inplace stacked none-ok -",
+    "scale_by_stddev": "inplace flat+stacked none-ok -",
+    "scale_by_trust_ratio": "inplace stacked none-ok -",
+    "scale_by_yogi": "inplace flat+stacked none-ok -",
+    "scale_by_zoom_linesearch": "drops-inplace - none-ok -",
+    "set_to_zero": "- flat+stacked none-ok -",
+    "sgd": "inplace flat+stacked none-ok -",
+    "sign_sgd": "inplace flat+stacked none-ok -",
+    "signum": "inplace flat+stacked none-ok -",
+    "sm3": "inplace stacked none-ok -",
+    "trace": "inplace flat+stacked none-ok -",
+    "yogi": "inplace flat+stacked none-ok -",
+    "zero_nans": "- stacked none-ok -",
+}
+
+
+def _row(record: bb.Capabilities) -> str:
+    inplace = {True: "inplace", False: "drops-inplace", None: "-"}[record.inplace]
+    layouts = "-" if record.layouts is None else "+".join(
+        layout for layout, why_not in record.layouts.items() if why_not is None) or "none"
+    return " ".join([inplace, layouts, "none-ok" if record.tolerates_none else "-",
+                     "whole-step" if record.whole_step is not None else "-"])
+
+
+def _simplest(name: str) -> optax_compat.GradientTransformation:
+    kwargs = hypothesis.find(_transform_strategies.hyperparameters(name), lambda _: True,
+                             settings=hypothesis.settings(database=None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return functools.reduce(getattr, name.split("."), optax_compat)(**kwargs)
+
+
+def test_the_table_lists_every_transformation_with_known_ranges():
+    assert sorted(CAPABILITIES) == sorted(_transform_strategies.transform_names(
+        include_random=True, include_extra_args=True, include_without_scalar_leaves=True)
+        + [name for name, spec in _hyperparameters.SPECS.items() if spec.per_example_grads])
+
+
+@pytest.mark.parametrize("name", sorted(CAPABILITIES))
+def test_capabilities(name):
+    assert _row(bb.capabilities_of(_simplest(name))) == CAPABILITIES[name]
+
+
+def test_declarations_merge_in_any_order_and_wrappers_carry_them():
+    def update(updates, state, params=None, *, inplace=False):
+        return updates, state
+
+    declared = bb.elementwise(bb.supports_inplace(update))
+    assert bb.capabilities_of(declared) == bb.Capabilities(
+        inplace=True, layouts={"flat": None, "stacked": None})
+    wrapped = bb.tolerates_none(declared)
+    assert bb.capabilities_of(wrapped) == bb.Capabilities(
+        inplace=True, layouts={"flat": None, "stacked": None}, tolerates_none=True)
+    with pytest.raises(TypeError):
+        bb.declare(update, fast=True)
