@@ -16,7 +16,7 @@ gradients every step:
 * ``update(inplace)``: ``update(..., inplace=True)`` then an in-place add (not in revisions
   before the opt-in in-place mode);
 * ``whole``: the whole in-place step, ``optax_compat.inplace_step(tx)`` (in older revisions,
-  ``optax_compat._src.fused``'s ``adam``/``adamw``, the separate fused variant it replaced);
+  ``optax_compat._runtime.fused``'s ``adam``/``adamw``, the separate fused variant it replaced);
 * ``torchopt_fn.Adam`` and ``accelerated``: ``torchopt_fn.Adam``/``AdamW.step()`` with
   ``.grad`` set, without and with ``use_accelerated_op``;
 * ``torch fused``: ``torch.optim``'s ``fused=True`` step, for scale.
@@ -98,7 +98,7 @@ def whole(name: str, shapes: list[tuple[int, int]]) -> Step:
     current = {"state": tx.init(params)}
     apply_step = getattr(optax_compat, "inplace_step", lambda tx: None)(tx)
     if apply_step is None:  # a revision with the separate fused variant
-        from optax_compat._src import fused
+        from optax_compat._runtime import fused
         optimizer = (fused.adam(LEARNING_RATE) if name == "adam"
                      else fused.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY))
         state = optimizer.init(params)

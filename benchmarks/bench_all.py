@@ -111,8 +111,8 @@ from bench_step import (
 )
 
 import optax_compat
-from optax_compat._src.building_blocks import inplace as bb_inplace
-from optax_compat._src.building_blocks import tree_math as tm
+from optax_compat._runtime import inplace as bb_inplace
+from optax_compat._runtime import tree_math as tm
 
 CONTRIB = ("acprop", "ademamix", "adopt", "prodigy", "schedule_free_adamw", "muon")
 # The optimizers ``optax_compat/__init__.py`` imports from its alias module (as Optax's does).

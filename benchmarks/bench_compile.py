@@ -27,7 +27,7 @@ import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import torch
 
 import optax_compat
-from optax_compat._src.compilation import compile_options
+from optax_compat._runtime.compilation import compile_options
 
 ALIASES = [
     "adabelief", "adadelta", "adafactor", "adagrad", "adam", "adamax", "adamaxw", "adamw",

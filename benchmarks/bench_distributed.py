@@ -33,7 +33,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import optax_compat as optax
-from optax_compat._src.building_blocks import tree_math
+from optax_compat._runtime import tree_math
 
 OPTIMIZERS = {
     "adam": lambda: optax.adam(1e-3),
