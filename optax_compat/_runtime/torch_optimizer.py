@@ -547,6 +547,16 @@ def torch_optimizer(tx: base.GradientTransformation, params: Iterable[Any], *,
 
     Returns:
       A :class:`TorchOptimizer`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+      >>> opt = optax.torch_optimizer(optax.sgd(learning_rate=0.1), [w])
+      >>> w.grad = torch.tensor([1.0, -1.0])
+      >>> opt.step()
+      >>> w.detach()
+      tensor([0.9000, 2.1000])
     """
     return TorchOptimizer(params, tx, inplace=inplace)
 

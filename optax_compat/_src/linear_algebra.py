@@ -68,6 +68,16 @@ def power_iteration(
     References:
       Wikipedia contributors, `Power iteration
       <https://en.wikipedia.org/wiki/Power_iteration>`_.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> matrix = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
+      >>> eigenvalue, eigenvector = optax.power_iteration(matrix, v0=torch.tensor([1.0, 1.0]))
+      >>> eigenvalue
+      tensor(3.)
+      >>> eigenvector.round(decimals=4)
+      tensor([1., 0.])
     """
     del precision
     if callable(matrix):
@@ -135,6 +145,15 @@ def matrix_inverse_pth_root(
     References:
       Higham, `Functions of Matrices: Theory and Computation
       <https://epubs.siam.org/doi/book/10.1137/1.9780898717778>`_, p. 184, eq. 7.18, 2008.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> matrix = torch.tensor([[4.0, 0.0], [0.0, 1.0]])
+      >>> root, error = optax.matrix_inverse_pth_root(matrix, p=2)
+      >>> root
+      tensor([[0.5000, 0.0000],
+              [0.0000, 1.0000]])
     """
     del precision
     p = float(p)
@@ -204,6 +223,14 @@ def nnls(
     References:
       Polyak, `Projected gradient method for non-negative least square
       <http://www.ams.org/books/conm/636/>`_, 2015
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> A = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+      >>> b = torch.tensor([1.0, -1.0, 0.0])
+      >>> optax.nnls(A, b, iters=100)
+      tensor([0.5000, 0.0000])
     """
     del unroll
     if A.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != A.shape[0]:

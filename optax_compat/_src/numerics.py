@@ -45,6 +45,16 @@ def safe_norm(x: torch.Tensor, min_norm: float | torch.Tensor, ord: Norm = None,
 
     Returns:
       The clipped norm.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> optax.safe_norm(torch.tensor([3.0, 4.0]), min_norm=1.0)
+      tensor(5.)
+      >>> x = torch.zeros(2, requires_grad=True)
+      >>> optax.safe_norm(x, min_norm=1.0).backward()
+      >>> x.grad
+      tensor([0., 0.])
     """
     norm = _vector_or_matrix_norm(x, ord, axis, keepdims=True)
     clipped = norm <= min_norm
@@ -64,6 +74,14 @@ def safe_root_mean_squares(x: torch.Tensor, min_rms: float | torch.Tensor) -> to
 
     Returns:
       The clipped root mean square of all elements of ``x``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> optax.safe_root_mean_squares(torch.tensor([1.0, 7.0]), min_rms=0.1)
+      tensor(5.)
+      >>> optax.safe_root_mean_squares(torch.tensor([0.0, 0.0]), min_rms=0.1)
+      tensor(0.1000)
     """
     rms = torch.sqrt(torch.mean(abs_sq(x)))
     clipped = rms <= min_rms
@@ -83,6 +101,13 @@ def safe_increment(count: torch.Tensor) -> torch.Tensor:
 
     Raises:
       ValueError: for a dtype that is neither integer nor floating point.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> count = torch.tensor([0, 2147483647], dtype=torch.int32)
+      >>> optax.safe_increment(count)
+      tensor([         1, 2147483647], dtype=torch.int32)
     """
     count = torch.as_tensor(count)
     if count.dtype.is_floating_point:

@@ -23,6 +23,14 @@ def apply_updates(params: base.Params, updates: base.Updates) -> base.Params:
 
     Raises:
       ValueError: if the trees differ in structure (naming the first differing path).
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, 2.0])}
+      >>> updates = {"w": torch.tensor([0.5, -0.5])}
+      >>> optax.apply_updates(params, updates)["w"]
+      tensor([1.5000, 1.5000])
     """
     param_leaves, spec, update_leaves, present = none_gradients.present_pairs(params, updates)
     if present is None:
@@ -49,6 +57,14 @@ def incremental_update(new_tensors: base.Params, old_tensors: base.Params,
 
     Returns:
       The new running average.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> new = {"w": torch.tensor([1.0, 2.0])}
+      >>> old = {"w": torch.tensor([0.0, 0.0])}
+      >>> optax.incremental_update(new, old, step_size=0.1)["w"]
+      tensor([0.1000, 0.2000])
     """
     new_leaves, spec = tree_math.flatten(new_tensors)
     old_leaves = tree_math.leaves_like(old_tensors, spec, "old_tensors", reference=new_tensors)
@@ -73,6 +89,16 @@ def periodic_update(new_tensors: base.Params, old_tensors: base.Params,
 
     Returns:
       The slow copy, refreshed when ``steps % update_period == 0``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> new = {"w": torch.tensor([1.0, 2.0])}
+      >>> old = {"w": torch.tensor([0.0, 0.0])}
+      >>> optax.periodic_update(new, old, steps=3, update_period=2)["w"]
+      tensor([0., 0.])
+      >>> optax.periodic_update(new, old, steps=4, update_period=2)["w"]
+      tensor([1., 2.])
     """
     refresh = torch.as_tensor(steps) % update_period == 0
     new_leaves, spec = tree_math.flatten(new_tensors)

@@ -102,6 +102,15 @@ def scale_gradient(inputs: Any, scale: Union[float, torch.Tensor]) -> Any:
 
     Returns:
       A tree with the values of ``inputs``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> x = torch.tensor([1.0, 2.0], requires_grad=True)
+      >>> y = optax.scale_gradient(x, 0.5)
+      >>> (y * y).sum().backward()
+      >>> x.grad
+      tensor([1., 2.])
     """
     if isinstance(scale, (int, float)) and scale == 1.0:
         return inputs
@@ -145,5 +154,15 @@ class MultiNormalDiagFromLogScale:
 
 
 def multi_normal(loc: torch.Tensor, log_scale: torch.Tensor) -> MultiNormalDiagFromLogScale:
-    """A diagonal normal distribution with mean ``loc`` and std ``exp(log_scale)``."""
+    """A diagonal normal distribution with mean ``loc`` and std ``exp(log_scale)``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> dist = optax.multi_normal(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 0.0]))
+      >>> dist.sample((3,), key=0).shape
+      torch.Size([3, 2])
+      >>> dist.log_prob(torch.tensor([0.0, 1.0]))
+      tensor(-1.8379)
+    """
     return MultiNormalDiagFromLogScale(loc=loc, log_scale=log_scale)

@@ -55,6 +55,14 @@ def sigmoid_binary_cross_entropy(logits: torch.Tensor, labels: Numeric) -> torch
     References:
       Goodfellow et al, `Deep Learning <http://www.deeplearningbook.org/contents/prob.html>`_,
       2016
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.tensor([0.0, 2.0, -2.0])
+      >>> labels = torch.tensor([1.0, 1.0, 0.0])
+      >>> optax.losses.sigmoid_binary_cross_entropy(logits, labels)
+      tensor([0.6931, 0.1269, 0.1269])
     """
     _ops.check_floating(logits)
     labels = torch.as_tensor(labels, device=logits.device).to(logits.dtype)
@@ -71,6 +79,14 @@ def hinge_loss(predictor_outputs: torch.Tensor, targets: Numeric) -> torch.Tenso
 
     Returns:
       The element-wise loss.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> outputs = torch.tensor([2.0, 0.5, -0.5])
+      >>> targets = torch.tensor([1.0, 1.0, -1.0])
+      >>> optax.losses.hinge_loss(outputs, targets)
+      tensor([0.0000, 0.5000, 0.5000])
     """
     return _relu(1 - torch.as_tensor(predictor_outputs) * targets)
 
@@ -158,6 +174,16 @@ def safe_softmax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> to
 
     Returns:
       The cross entropy of each distribution, ``[...]``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.tensor([0.0, 0.0, -float("inf")])
+      >>> labels = torch.tensor([1.0, 0.0, 0.0])
+      >>> optax.losses.safe_softmax_cross_entropy(logits, labels)
+      tensor(0.6931)
+      >>> optax.losses.softmax_cross_entropy(logits, labels)
+      tensor(nan)
     """
     _ops.check_floating(logits)
     labels = torch.as_tensor(labels, device=logits.device)
@@ -187,6 +213,14 @@ def softmax_cross_entropy(
 
     References:
       `Cross-entropy <https://en.wikipedia.org/wiki/Cross-entropy>`_, Wikipedia
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+      >>> labels = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+      >>> optax.losses.softmax_cross_entropy(logits, labels)
+      tensor([0.4076, 1.0986])
     """
     _ops.check_floating(logits)
     if where is not None and where.ndim != logits.ndim:
@@ -226,6 +260,14 @@ def softmax_cross_entropy_with_integer_labels(
 
     References:
       `Cross-entropy <https://en.wikipedia.org/wiki/Cross-entropy>`_, Wikipedia
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+      >>> labels = torch.tensor([2, 0])
+      >>> optax.losses.softmax_cross_entropy_with_integer_labels(logits, labels)
+      tensor([0.4076, 1.0986])
     """
     _ops.check_floating(logits)
     _ops.check_integer(labels)
@@ -347,6 +389,13 @@ def kl_divergence(
     References:
       Kullback and Leibler, `On Information and Sufficiency
       <https://www.jstor.org/stable/2236703>`_, 1951
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> log_predictions = torch.log(torch.tensor([0.25, 0.75]))
+      >>> optax.losses.kl_divergence(log_predictions, torch.tensor([0.5, 0.5]))
+      tensor(0.1438)
     """
     _ops.check_floating(log_predictions)
     _ops.check_floating(targets)
@@ -402,6 +451,13 @@ def generalized_kl_divergence(
     References:
       Boyd and Vandenberghe, `Convex Optimization
       <https://stanford.edu/~boyd/cvxbook/bv_cvxbook.pdf>`_, p. 90
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> log_predictions = torch.log(torch.tensor([1.0, 2.0]))
+      >>> optax.losses.generalized_kl_divergence(log_predictions, torch.tensor([1.0, 1.0]))
+      tensor(0.3069)
     """
     kl = kl_divergence(log_predictions, targets, axis=axis, where=where)
     return kl + _ops.masked_sum(torch.exp(log_predictions) - targets, axis, where)
@@ -414,7 +470,15 @@ def convex_kl_divergence(
     axis: Axis = -1,
     where: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """Deprecated alias of :func:`generalized_kl_divergence`."""
+    """Deprecated alias of :func:`generalized_kl_divergence`.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> log_predictions = torch.log(torch.tensor([1.0, 2.0]))
+      >>> optax.losses.convex_kl_divergence(log_predictions, torch.tensor([1.0, 1.0]))
+      tensor(0.3069)
+    """
     return generalized_kl_divergence(log_predictions, targets, axis=axis, where=where)
 
 
@@ -455,6 +519,18 @@ def ctc_loss_with_forward_probs(
       Graves et al, `Connectionist temporal classification: labelling unsegmented sequence
       data with recurrent neural networks <https://dl.acm.org/doi/10.1145/1143844.1143891>`_,
       2006
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.zeros(1, 2, 2)  # batch 1, 2 frames, classes {blank, 1}
+      >>> labels = torch.tensor([[1]])
+      >>> loss, logalpha_blank, logalpha_nonblank = optax.losses.ctc_loss_with_forward_probs(
+      ...     logits, torch.zeros(1, 2), labels, torch.zeros(1, 1))
+      >>> loss
+      tensor([0.2877])
+      >>> logalpha_blank.shape, logalpha_nonblank.shape
+      (torch.Size([2, 1, 2]), torch.Size([2, 1, 1]))
     """
     _ops.check_rank(logits, 3)
     _ops.check_rank(labels, 2)
@@ -524,6 +600,14 @@ def ctc_loss(
 
     Returns:
       The ``(B,)`` negative log-likelihoods.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.zeros(1, 2, 2)  # batch 1, 2 frames, classes {blank, 1}
+      >>> labels = torch.tensor([[1]])
+      >>> optax.losses.ctc_loss(logits, torch.zeros(1, 2), labels, torch.zeros(1, 1))
+      tensor([0.2877])
     """
     per_seq_loss, _, _ = ctc_loss_with_forward_probs(
         logits, logit_paddings, labels, label_paddings, blank_id=blank_id,
@@ -557,6 +641,14 @@ def sigmoid_focal_loss(
     References:
       Lin et al, `Focal Loss for Dense Object Detection <https://arxiv.org/abs/1708.02002>`_,
       2017
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> logits = torch.tensor([0.0, 2.0, -2.0])
+      >>> labels = torch.tensor([1.0, 1.0, 0.0])
+      >>> optax.losses.sigmoid_focal_loss(logits, labels, gamma=2.0)
+      tensor([0.1733, 0.0018, 0.0018])
     """
     _ops.check_floating(logits)
     labels = torch.as_tensor(labels, device=logits.device).to(logits.dtype)

@@ -34,6 +34,14 @@ def squared_error(
 
     Returns:
       The element-wise squared differences, shaped like ``predictions``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> predictions = torch.tensor([1.0, 2.0])
+      >>> targets = torch.tensor([0.0, 4.0])
+      >>> optax.losses.squared_error(predictions, targets)
+      tensor([1., 4.])
     """
     _ops.check_floating(predictions)
     if targets is not None:
@@ -54,6 +62,14 @@ def l2_loss(
 
     Returns:
       The element-wise losses, shaped like ``predictions``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> predictions = torch.tensor([1.0, 2.0])
+      >>> targets = torch.tensor([0.0, 4.0])
+      >>> optax.losses.l2_loss(predictions, targets)
+      tensor([0.5000, 2.0000])
     """
     return 0.5 * squared_error(torch.as_tensor(predictions), targets)
 
@@ -79,6 +95,14 @@ def huber_loss(
 
     References:
       `Huber loss <https://en.wikipedia.org/wiki/Huber_loss>`_, Wikipedia
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> predictions = torch.tensor([0.5, 3.0])
+      >>> targets = torch.tensor([0.0, 0.0])
+      >>> optax.losses.huber_loss(predictions, targets, delta=1.0)
+      tensor([0.1250, 2.5000])
     """
     _ops.check_floating(predictions)
     abs_errors = torch.abs(_errors(predictions, targets))
@@ -106,6 +130,13 @@ def log_cosh(
     References:
       Chen et al, `Log Hyperbolic Cosine Loss Improves Variational Auto-Encoder
       <https://openreview.net/pdf?id=rkglvsC9Ym>`_, 2019
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> predictions = torch.tensor([0.0, 1.0, 10.0])
+      >>> optax.losses.log_cosh(predictions)
+      tensor([0.0000, 0.4338, 9.3069])
     """
     _ops.check_floating(predictions)
     errors = _errors(predictions, targets)
@@ -135,6 +166,14 @@ def cosine_similarity(
 
     References:
       `Cosine similarity <https://en.wikipedia.org/wiki/Cosine_similarity>`_, Wikipedia
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> predictions = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+      >>> targets = torch.tensor([[0.0, 1.0], [-1.0, -1.0]])
+      >>> optax.losses.cosine_similarity(predictions, targets)
+      tensor([ 0.0000, -1.0000])
     """
     _ops.check_floating(predictions)
     _ops.check_floating(targets)
@@ -169,6 +208,14 @@ def cosine_distance(
     References:
       `Cosine distance <https://en.wikipedia.org/wiki/Cosine_similarity#Cosine_distance>`_,
       Wikipedia
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> predictions = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+      >>> targets = torch.tensor([[0.0, 1.0], [-1.0, -1.0]])
+      >>> optax.losses.cosine_distance(predictions, targets)
+      tensor([1., 2.])
     """
     _ops.check_floating(predictions)
     _ops.check_floating(targets)

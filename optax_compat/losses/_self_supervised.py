@@ -33,6 +33,14 @@ def ntxent(
     References:
       Chen et al, `A Simple Framework for Contrastive Learning of Visual Representations
       <http://arxiv.org/abs/2002.05709>`_, 2020
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> embeddings = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]])
+      >>> labels = torch.tensor([0, 0, 1, 1])
+      >>> optax.losses.ntxent(embeddings, labels, temperature=0.5)
+      tensor(0.4302)
     """
     _ops.check_floating(embeddings)
     if labels.shape[0] != embeddings.shape[0]:

@@ -35,6 +35,13 @@ def smooth_labels(
 
     References:
       Muller et al, `When does label smoothing help? <https://arxiv.org/abs/1906.02629>`_, 2019
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> labels = torch.tensor([[0.0, 1.0, 0.0, 0.0]])
+      >>> optax.losses.smooth_labels(labels, alpha=0.2)
+      tensor([[0.0500, 0.8500, 0.0500, 0.0500]])
     """
     _ops.check_floating(labels)
     if where is None:

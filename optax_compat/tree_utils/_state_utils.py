@@ -248,6 +248,17 @@ def tree_map_params(
 
     Returns:
       The new state.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> tx = optax.adam(learning_rate=1e-3)
+      >>> state = tx.init({"w": torch.tensor([1.0, 2.0])})
+      >>> half = optax.tree_map_params(tx, lambda v: v.to(torch.float16), state)
+      >>> half[0].mu["w"]
+      tensor([0., 0.], dtype=torch.float16)
+      >>> half[0].count  # not params-shaped: kept
+      tensor(0, dtype=torch.int32)
     """
     placeholder = ParamsPlaceholder()
     init = initable.init if isinstance(initable, Initable) else initable
