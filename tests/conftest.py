@@ -48,8 +48,6 @@ settings.register_profile("long", derandomize=False, deadline=None, max_examples
 settings.load_profile("ci")
 
 
-
-
 TEST_DEVICE = torch.device(os.environ.get("OPTAX_COMPAT_TEST_DEVICE", "cpu"))
 
 

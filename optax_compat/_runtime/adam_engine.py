@@ -472,6 +472,19 @@ def inplace_step(tx: Any) -> Optional[StepFn]:
 
     Returns:
       The step function, or ``None``.
+
+    Examples:
+      >>> import torch
+      >>> import optax_compat as optax
+      >>> params = {"w": torch.tensor([1.0, -2.0])}
+      >>> tx = optax.adam(learning_rate=0.1)
+      >>> state, step = tx.init(params), optax.inplace_step(tx)
+      >>> for _ in range(3):
+      ...     state = step(params, {"w": 2 * params["w"]}, state)  # writes into params
+      >>> params["w"]
+      tensor([ 0.7016, -1.7006])
+      >>> optax.inplace_step(optax.chain(optax.adam(0.1))) is None
+      True
     """
     return bb.capabilities_of(tx).whole_step
 

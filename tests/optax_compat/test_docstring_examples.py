@@ -32,8 +32,6 @@ EXAMPLE_PAGES = ["optax_compat/optimizers", "optax_compat/transformations",
 TYPE_SECTIONS = {"Types", "States", "Schedule type"}
 
 
-
-
 def _documented_objects():
     """One (name, object) per distinct public object of optax_compat with a ``>>>`` example."""
     seen = set()
@@ -71,6 +69,17 @@ def _example_targets():
                 if heading not in TYPE_SECTIONS:
                     yield from (name for name in names
                                 if _needs_example(pkgutil.resolve_name(name)))
+
+
+def test_every_public_function_at_the_top_level_has_an_example():
+    import optax_compat
+
+    functions = [name for name in dir(optax_compat) if not name.startswith("_") and (
+        inspect.isfunction(getattr(optax_compat, name))
+        or isinstance(getattr(optax_compat, name), functools.partial))]
+    assert len(functions) > 150
+    assert [name for name in functions
+            if ">>>" not in (getattr(optax_compat, name).__doc__ or "")] == []
 
 
 def test_every_optimizer_transform_combinator_and_schedule_has_an_example():
