@@ -239,16 +239,31 @@ class TorchOptimizer(torch.optim.Optimizer):
         self.tx = base.with_extra_args_support(tx)
         self.inplace = inplace
         self._layouts: list[_Layout] = []
-        super().__init__(params, self._initial_defaults())
+        super().__init__(params, self.initial_defaults())
 
-    def _initial_defaults(self) -> dict[str, Any]:
-        """Hyper-parameters every group gets unless it sets them (subclasses add theirs)."""
+    # The hook points a subclass overrides (``torchopt_fn.Optimizer`` does): what every group
+    # starts with, the transformation that steps a group, and a whole in-place step for it.
+
+    def initial_defaults(self) -> dict[str, Any]:
+        """Hyper-parameters every group gets unless it sets them (none here; a hook)."""
         return {}
 
-    def _transformation(self, group: Mapping[str, Any]) -> base.GradientTransformationExtraArgs:
-        """The transformation that steps ``group`` (the same for every group here)."""
+    def group_transformation(self, group: Mapping[str, Any]
+                             ) -> base.GradientTransformationExtraArgs:
+        """The transformation that steps ``group`` (``tx`` for every group here; a hook)."""
         del group
         return self.tx
+
+    def group_whole_step(self, group: Mapping[str, Any]) -> Callable[..., Any] | None:
+        """A whole in-place step for ``group`` (none here; a hook), run instead of its
+        transformation when the optimizer is in place.
+
+        It is called ``step(params, grads, state, *, keep_grads=True) -> state``, writes into
+        the parameters and the state buffers, and gives the numbers of
+        :meth:`group_transformation`'s update (see :func:`optax_compat.inplace_step`).
+        """
+        del group
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles (and deep-copies) the transformation and layouts with torch's fields."""
@@ -285,7 +300,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         """
         params = tuple(group["params"])
         with torch.no_grad():
-            state = self._transformation(group).init(params)
+            state = self.group_transformation(group).init(params)
         layout = _layout(state, len(params))
         injected = self._group_values(state, layout, len(params))
         defaults = {**self.defaults, **injected}
@@ -406,11 +421,20 @@ class TorchOptimizer(torch.optim.Optimizer):
         Returns:
           The new group state.
         """
+        whole_step = self.group_whole_step(group) if self.inplace else None
+        if whole_step is not None:
+            kept = ([] if all(stepped) else
+                    [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag])
+            state = whole_step(params, grads, state, keep_grads=True)
+            for p, value in kept:
+                p.copy_(value)
+            return state
         if self.inplace:
             extra_args = {**extra_args, "inplace": True}
             # The in-place request hands the incoming updates over as scratch: not the user's.
             grads = self._own_gradients(params, grads)
-        updates, state = self._transformation(group).update(grads, state, params, **extra_args)
+        updates, state = self.group_transformation(group).update(grads, state, params,
+                                                                 **extra_args)
         moved = [i for i, flag in enumerate(stepped) if flag]
         targets = [params[i] for i in moved]
         tree_math.add_(targets, [updates[i] if updates[i].dtype == params[i].dtype

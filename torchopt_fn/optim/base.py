@@ -106,21 +106,14 @@ class Optimizer(TorchOptimizer):
         del group
         return self.tx, self._inplace_step
 
-    def _transformation(self, group: Mapping[str, Any]) -> Any:
+    def group_transformation(self, group: Mapping[str, Any]
+                             ) -> optax_compat.GradientTransformationExtraArgs:
+        """The transformation stepping ``group`` (built as ``_step_functions`` says)."""
         return self._step_functions(group)[0]
 
-    def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
-               grads: tuple[torch.Tensor, ...], state: OptState, stepped: list[bool],
-               extra_args: dict[str, Any]) -> OptState:
-        fused_step = self._step_functions(group)[1]
-        if fused_step is None:
-            return super()._apply(group, params, grads, state, stepped, extra_args)
-        kept = ([] if all(stepped) else
-                [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag])
-        state = fused_step(params, grads, state, keep_grads=True)
-        for p, value in kept:
-            p.copy_(value)
-        return state
+    def group_whole_step(self, group: Mapping[str, Any]) -> StepFn | None:
+        """The whole in-place step of ``group``'s transformation, if it has one."""
+        return self._step_functions(group)[1]
 
 
 def _is_group_entry(value: Any) -> bool:
@@ -150,7 +143,8 @@ class HyperparameterOptimizer(Optimizer):
         self._built: dict[int, tuple[tuple[Any, ...], Any, StepFn | None]] = {}
         super().__init__(params, self._build(**arguments)[0])
 
-    def _initial_defaults(self) -> dict[str, Any]:
+    def initial_defaults(self) -> dict[str, Any]:
+        """The constructor's numeric arguments, which every group gets."""
         return dict(self._hyperparameters)
 
     def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
