@@ -8,7 +8,8 @@ Transformations are written with the building blocks, which this package's names
 (``from optax_compat import _runtime as bb``):
 
 * :mod:`.tree_math` — arithmetic over the leaves of pytrees with ``torch._foreach_*`` (the hot
-  path), structure checks and reductions.
+  path), structure checks and reductions: a package of ``trees``, ``distributed`` and
+  ``arithmetic``, whose names it gathers (``tm.<name>``).
 * :mod:`.numbers` — which hyper-parameters are plain Python numbers.
 * :mod:`.dtypes` — dtype arguments as JAX code writes them; JAX's default precision (x64 mode)
   and the weak-type rule for scalars.

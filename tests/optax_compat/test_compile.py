@@ -149,7 +149,7 @@ def test_the_shortcuts_are_off_when_dynamos_structure_class_is_another(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With another torch's substitute (fields not the ones expected), flattening is left to
     Dynamo's optree substitute, and an update still compiles and matches eager."""
-    monkeypatch.setattr(tm, "_SUBSTITUTE_FIELDS", ("_children", "_kind"))
+    monkeypatch.setattr(tm.trees, "_SUBSTITUTE_FIELDS", ("_children", "_kind"))
     torch._dynamo.reset()
     assert not torch.compile(lambda tree: tm.traced_flatten_one_level(tree, False) is not None,
                              backend="eager", fullgraph=True)([torch.ones(2), torch.ones(2)])
