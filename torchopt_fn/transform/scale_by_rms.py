@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import torch
-
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import divide_updates, moment_leaves
@@ -32,11 +31,6 @@ def check_rms_arguments(alpha: float, eps: float) -> None:
         raise ValueError(f"Invalid epsilon value: {eps}")
 
 
-def filled_like(params: Params, value: float) -> Updates:
-    """A tree like ``params`` filled with ``value``."""
-    return tree_math.tree_map(lambda p: torch.full_like(p, value), params)
-
-
 def scale_by_rms(alpha: float = 0.9, eps: float = 1e-8,
                  initial_scale: float = 0.0) -> GradientTransformation:
     """Divides updates by the root of the moving average of their squares, plus ``eps``.
@@ -55,7 +49,7 @@ def scale_by_rms(alpha: float = 0.9, eps: float = 1e-8,
     check_rms_arguments(alpha, eps)
 
     def init_fn(params: Params) -> OptState:
-        return ScaleByRmsState(nu=filled_like(params, initial_scale))
+        return ScaleByRmsState(nu=bb.full(params, initial_scale))
 
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:

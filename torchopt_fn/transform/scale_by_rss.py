@@ -9,9 +9,9 @@ from typing import NamedTuple
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
-from torchopt_fn.transform.scale_by_rms import filled_like
 from torchopt_fn.transform.utils import moment_leaves
 from torchopt_fn.typing import OptState, Params, Updates
 
@@ -46,7 +46,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1,
         raise ValueError(f"Invalid epsilon value: {eps}")
 
     def init_fn(params: Params) -> OptState:
-        return ScaleByRssState(sum_of_squares=filled_like(params, initial_accumulator_value))
+        return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
 
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:

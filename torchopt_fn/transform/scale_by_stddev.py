@@ -9,9 +9,10 @@ from typing import NamedTuple
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
-from torchopt_fn.transform.scale_by_rms import check_rms_arguments, filled_like
+from torchopt_fn.transform.scale_by_rms import check_rms_arguments
 from torchopt_fn.transform.utils import divide_updates, moment_leaves
 from torchopt_fn.typing import OptState, Params, Updates
 
@@ -44,7 +45,7 @@ def scale_by_stddev(alpha: float = 0.9, eps: float = 1e-8,
 
     def init_fn(params: Params) -> OptState:
         return ScaleByRStdDevState(mu=tree_math.tree_map(torch.zeros_like, params),
-                                   nu=filled_like(params, initial_scale))
+                                   nu=bb.full(params, initial_scale))
 
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
