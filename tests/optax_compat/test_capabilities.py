@@ -144,7 +144,8 @@ def _row(record: bb.Capabilities) -> str:
 
 def _simplest(name: str) -> optax_compat.GradientTransformation:
     kwargs = hypothesis.find(_transform_strategies.hyperparameters(name), lambda _: True,
-                             settings=hypothesis.settings(database=None))
+                             settings=hypothesis.settings(database=None, phases=[
+                                 hypothesis.Phase.generate, hypothesis.Phase.shrink]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return functools.reduce(getattr, name.split("."), optax_compat)(**kwargs)
