@@ -131,19 +131,18 @@ def _extract_fns_kwargs(
     return fns_kwargs, remaining_kwargs
 
 
-def _value_fn_kwargs(value_fn: Callable[..., Any], extra_args: dict[str, Any],
-                     transform_name: str) -> dict[str, Any]:
-    """The extra arguments of ``update`` that ``value_fn`` accepts; others are an error."""
-    (fn_kwargs,), remaining_kwargs = _extract_fns_kwargs((value_fn,), extra_args)
-    if remaining_kwargs:
-        raise TypeError(
-            f"Unexpected keyword arguments passed to `{transform_name}.update`. These "
-            f"arguments were not consumed by `value_fn`: {sorted(remaining_kwargs)}. Ensure "
-            "that all extra keyword arguments are accepted by `value_fn`.")
-    return fn_kwargs
+def _value_fn_kwargs(transform_name: str, params: Any, value: Any, grad: Any, value_fn: Any,
+                     extra_args: dict[str, Any]) -> dict[str, Any]:
+    """The extra arguments of a line search's ``update`` that ``value_fn`` accepts, after
+    checking that ``update`` got ``params``, ``value``, ``grad`` and a callable ``value_fn``.
 
-
-def _check_extra_args(transform_name: str, value: Any, grad: Any, value_fn: Any) -> None:
+    Raises:
+      ValueError: without ``params``.
+      TypeError: naming the missing arguments, a ``value_fn`` that is not callable, or the
+        extra arguments ``value_fn`` does not accept.
+    """
+    if params is None:
+        raise ValueError(bb.NO_PARAMS_MSG)
     missing = [name for name, arg in (("value", value), ("grad", grad), ("value_fn", value_fn))
                if arg is None]
     if missing:
@@ -154,6 +153,13 @@ def _check_extra_args(transform_name: str, value: Any, grad: Any, value_fn: Any)
     if not callable(value_fn):
         raise TypeError(f"`{transform_name}.update`: value_fn must be callable, got "
                         f"{type(value_fn).__name__}.")
+    (fn_kwargs,), remaining_kwargs = _extract_fns_kwargs((value_fn,), extra_args)
+    if remaining_kwargs:
+        raise TypeError(
+            f"Unexpected keyword arguments passed to `{transform_name}.update`. These "
+            f"arguments were not consumed by `value_fn`: {sorted(remaining_kwargs)}. Ensure "
+            "that all extra keyword arguments are accepted by `value_fn`.")
+    return fn_kwargs
 
 
 def _print(message: str, **values: Any) -> None:
@@ -285,11 +291,8 @@ def scale_by_backtracking_linesearch(
         value_fn: Optional[Callable[..., Any]] = None,
         **extra_args: Any,
     ) -> tuple[base.Updates, ScaleByBacktrackingLinesearchState]:
-        name = "scale_by_backtracking_linesearch"
-        if params is None:
-            raise ValueError(bb.NO_PARAMS_MSG)
-        _check_extra_args(name, value, grad, value_fn)
-        fn_kwargs = _value_fn_kwargs(value_fn, extra_args, name)
+        fn_kwargs = _value_fn_kwargs("scale_by_backtracking_linesearch", params, value, grad,
+                                     value_fn, extra_args)
         dtype, device = state.learning_rate.dtype, state.learning_rate.device
         params, direction, grad = _detached(params), _detached(updates), _detached(grad)
         value = _as_scalar(value, "value").detach().to(dtype=dtype, device=device)
@@ -818,11 +821,8 @@ def scale_by_zoom_linesearch(
         value_fn: Optional[Callable[..., Any]] = None,
         **extra_args: Any,
     ) -> tuple[base.Updates, ScaleByZoomLinesearchState]:
-        name = "scale_by_zoom_linesearch"
-        if params is None:
-            raise ValueError(bb.NO_PARAMS_MSG)
-        _check_extra_args(name, value, grad, value_fn)
-        fn_kwargs = _value_fn_kwargs(value_fn, extra_args, name)
+        fn_kwargs = _value_fn_kwargs("scale_by_zoom_linesearch", params, value, grad, value_fn,
+                                     extra_args)
 
         search = init_ls(_detached(updates), _detached(params), value=value,
                          grad=_detached(grad), prev_stepsize=state.learning_rate,
