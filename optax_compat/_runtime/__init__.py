@@ -68,6 +68,7 @@ from optax_compat._runtime.moments import (
     bias_correction,
     debias,
     first_moment,
+    moving_average,
     update_moment,
 )
 from optax_compat._runtime.none_gradients import (

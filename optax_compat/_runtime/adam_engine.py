@@ -320,9 +320,8 @@ def _moments_and_denominators(
       ``k = sqrt(c2) / c1``.
     """
     b1, b2, eps, eps_root = hp.b1, hp.b2, hp.eps, hp.eps_root
-    new_mus = tm.moving_average(mus, gs, b1, inplace=inplace)
-    new_nus = tm.mul_(nus, b2) if inplace else tm.mul(nus, b2)
-    tm.addcmul_(new_nus, gs, gs, 1 - b2)
+    new_mus = bb.moving_average(mus, gs, b1, inplace=inplace)
+    new_nus = bb.moving_average(nus, gs, b2, order=2, inplace=inplace)
     first = bb.bias_correction(b1, count_inc, gs)
     second = bb.bias_correction(b2, count_inc, gs)
     root_second = torch.sqrt(second)

@@ -1,8 +1,15 @@
 """Moving averages and their bias corrections, shared by Adam and its relatives.
 
-Optax's ``tree.update_moment``/``bias_correction`` written over lists of leaves, with JAX's
-rounding: a decay is rounded to each operand's dtype, and a correction ``1 - decay ** t`` is
-formed in the widest precision of the leaves before being cast to each leaf's dtype.
+Every moving average of the package is one of two functions here, one per order of operations:
+
+* :func:`update_moment`, Optax's ``tree.update_moment`` over lists of leaves: ``(1 - decay) *
+  value + decay * moment``, new leaves, with JAX's rounding (a decay is rounded to each
+  operand's dtype; moments of another dtype than the values promote);
+* :func:`moving_average`, ``decay * moment + (1 - decay) * value ** order`` as ``torch.optim``
+  computes it, the same bits in place and not (Adam's fast paths, Lion's, RMSProp's, TorchOpt's).
+
+A correction ``1 - decay ** t`` is formed in the widest precision of the leaves before being
+cast to each leaf's dtype.
 """
 
 from __future__ import annotations
@@ -27,11 +34,59 @@ def update_moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Le
     as JAX multiplies an array in the operand's dtype.
     """
     if isinstance(decay, torch.Tensor):
-        return tm.ema_in_dtypes(moments, values, decay)
+        return _optax_formula_in_dtypes(moments, values, decay)
     if tm.same_dtypes(moments, values):
-        return tm.ema(moments, values, decay)
+        return _optax_formula(moments, values, decay)
     weak_decay = torch.as_tensor(decay, dtype=torch.float64) if is_number(decay) else decay
     return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, tm.scalar_like(weak_decay, moments)))
+
+
+def _optax_formula(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
+    """``(1 - decay) * value + decay * moment`` per leaf, leaves of one dtype (Optax's order of
+    operations; new leaves)."""
+    if not moments:
+        return []
+    if isinstance(decay, torch.Tensor):
+        return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, decay))
+    return list(tm.foreach("add", tm.foreach("mul", values, 1 - decay), moments, alpha=decay))
+
+
+def _optax_formula_in_dtypes(moments: tm.Leaves, values: tm.Leaves,
+                             decay: torch.Tensor) -> tm.Leaves:
+    """``(1 - decay) * value + decay * moment`` per leaf, for a tensor ``decay``.
+
+    The scalar arithmetic ``1 - decay`` runs in ``decay``'s own dtype, as JAX computes on a
+    schedule's value or an injected hyperparameter, and each scalar is then rounded to the
+    operand it multiplies (the weak-type rule of :mod:`.dtypes`). Moments and values may
+    differ in dtype (``mu_dtype``); the sum then promotes.
+    """
+    return tm.add(tm.mul(values, tm.scalar_like(1 - decay, values)),
+                  tm.mul(moments, tm.scalar_like(decay, moments)))
+
+
+def moving_average(moments: tm.Leaves, values: tm.Leaves, decay: float, *, order: int = 1,
+                   inplace: bool = False) -> tm.Leaves:
+    """``decay * moment + (1 - decay) * value ** order`` per leaf (``order`` 1 or 2, real
+    leaves), written into ``moments`` if ``inplace``: ``torch.optim``'s order of operations.
+
+    The moments are scaled, then the values added (``_foreach_add_``, or ``_foreach_addcmul_``
+    for the squares): both forms run the same kernels, so they give the same bits. Not
+    ``lerp``: an infinite moment stays infinite at the next finite value, as with Optax's
+    ``(1 - decay) * value + decay * moment``. Values wider than the moments (JAX broadcasts
+    them, ``order=1``) give new moments of their shape.
+    """
+    if not moments:
+        return moments
+    if inplace:
+        scaled = tm.mul_(moments, decay)
+    else:
+        scaled = tm.mul(moments, decay)
+        if order == 1 and not tm.same_shapes(scaled, values):
+            return list(tm.foreach("add", scaled, values, alpha=1 - decay))
+    if order == 2:
+        return tm.addcmul_(scaled, values, values, 1 - decay)
+    tm.foreach("add_", scaled, values, alpha=1 - decay)
+    return scaled
 
 
 def bias_correction(decay: Scalar, count: torch.Tensor, xs: tm.Leaves) -> torch.Tensor:

@@ -311,8 +311,7 @@ def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Lea
     """
     if (bb.is_number(decay) and tm.same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
             and not tm.is_recording(nus, gs)):
-        moments = tm.mul_(nus, decay) if inplace else tm.mul(nus, decay)
-        return tm.addcmul_(moments, gs, gs, 1 - decay)
+        return bb.moving_average(nus, gs, decay, order=2, inplace=inplace)
     return bb.store(nus, bb.update_moment(nus, tm.abs_sq(gs), decay), inplace)
 
 
@@ -741,7 +740,7 @@ def scale_by_lion(
         # differentiated.
         scaled = direction(bb.update_moment(mus, gs, b1), inplace=fast)
         if fast:
-            return scaled, tm.moving_average(mus, gs, b2, inplace=inplace)
+            return scaled, bb.moving_average(mus, gs, b2, inplace=inplace)
         return scaled, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype)
 
     def init_fn(params):

@@ -146,7 +146,7 @@ def ema(
         count_inc = numerics.safe_increment(state.count)
         if (inplace and bb.is_number(decay) and all(map(tm.is_inexact, grads))
                 and tm.same_dtypes(grads, moments) and not tm.is_recording(grads, moments)):
-            # ``tm.ema``'s kernels, in the updates' buffers.
+            # ``bb.update_moment``'s kernels, in the updates' buffers.
             tm.add_scaled_(tm.mul_(grads, 1 - decay), decay, moments)
             tm.copy_(moments, grads)
             if debias and grads:
@@ -156,11 +156,7 @@ def ema(
             # A bool or integer measurement (``measure_with_ema``) meets the weak decay: JAX
             # computes in its default float.
             grads = [g if tm.is_inexact(g) else g.to(bb.default_float()) for g in grads]
-        if tm.same_dtypes(grads, moments):
-            new_ema = tm.unflatten(spec, tm.ema(moments, grads, decay))
-        else:
-            new_ema = tm.unflatten(spec, tm.add(tm.mul(grads, 1 - decay),
-                                                _scaled_in_own_dtype(moments, decay)))
+        new_ema = tm.unflatten(spec, bb.update_moment(moments, grads, decay))
         updates = _tree_math.tree_bias_correction(new_ema, decay, count_inc) if debias else new_ema
         return updates, EmaState(count=count_inc,
                                  ema=_casting.tree_cast(new_ema, accumulator_dtype))

@@ -15,6 +15,7 @@ from typing import Any
 import optree
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation, chain_optax_compat, from_optax, to_optax
 from torchopt_fn.typing import OptState, Params, Updates
@@ -78,20 +79,13 @@ def moment_leaves(updates: list[torch.Tensor], moments: list[torch.Tensor], deca
     """
     if not moments:
         return list(moments)
-    # The pure path runs the same kernels on a fresh copy, so both paths give the same bits.
-    if inplace:
-        target = moments
-        if decay != 1.0:
-            torch._foreach_mul_(target, decay)
-    else:
-        target = list(torch._foreach_mul(moments, decay) if decay != 1.0
-                      else [m.clone() for m in moments])
-    weight = 1.0 if decay == 1.0 else 1.0 - decay
+    if decay != 1.0:
+        return bb.moving_average(moments, updates, decay, order=order, inplace=inplace)
+    # A running sum: the pure path runs the in-place kernels on a fresh copy (the same bits).
+    target = moments if inplace else tree_math.clone(moments)
     if order == 1:
-        torch._foreach_add_(target, updates, alpha=weight)
-    else:
-        torch._foreach_addcmul_(target, updates, updates, value=weight)
-    return target
+        return tree_math.add_(target, updates)
+    return tree_math.addcmul_(target, updates, updates, 1.0)
 
 
 def divide_updates(updates: list[torch.Tensor], denominators: list[torch.Tensor], *,

@@ -40,7 +40,6 @@ from optax_compat._runtime.tree_math.trees import (
     _PLAIN_TENSOR_TYPES,
     Leaves,
     attributes,
-    same_shapes,
 )
 
 Scalar = Union[float, int, torch.Tensor]
@@ -420,53 +419,6 @@ def addcdiv_(xs: Leaves, ys: Leaves, zs: Leaves) -> Leaves:
     if xs:
         foreach("addcdiv_", xs, ys, zs)
     return xs
-
-
-# ----------------------------------------------------------------------------------------------
-# Moving averages.
-
-
-def ema(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
-    """Exponential moving average ``(1 - decay) * value + decay * moment`` per leaf."""
-    if not moments:
-        return []
-    if isinstance(decay, torch.Tensor):
-        return add(mul(values, 1 - decay), mul(moments, decay))
-    return list(foreach("add", foreach("mul", values, 1 - decay), moments,
-                                   alpha=decay))
-
-
-def ema_in_dtypes(moments: Leaves, values: Leaves, decay: Scalar) -> Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf, for a tensor ``decay``.
-
-    The scalar arithmetic ``1 - decay`` runs in ``decay``'s own dtype, as JAX computes on a
-    schedule's value or an injected hyperparameter, and each scalar is then rounded to the
-    operand it multiplies (the weak-type rule of ``building_blocks.dtypes``). Moments and
-    values may differ in dtype (``mu_dtype``); the sum then promotes.
-    """
-    return add(mul(values, scalar_like(1 - decay, values)),
-               mul(moments, scalar_like(decay, moments)))
-
-
-def moving_average(moments: Leaves, values: Leaves, decay: float, *,
-                   inplace: bool = False) -> Leaves:
-    """``decay * moment + (1 - decay) * value`` per leaf, written into ``moments`` if ``inplace``.
-
-    The moments are scaled, then the values added: both forms run the same kernels, so they
-    give the same bits. Not ``lerp``: an infinite moment stays infinite at the next finite
-    value, as with Optax's ``(1 - decay) * value + decay * moment``.
-    """
-    if not moments:
-        return moments
-    if inplace:
-        scaled = mul_(moments, decay)
-    else:
-        scaled = mul(moments, decay)
-        if not same_shapes(scaled, values):
-            # Values wider than the moments (JAX broadcasts them): new moments of their shape.
-            return list(foreach("add", scaled, values, alpha=1 - decay))
-    foreach("add_", scaled, values, alpha=1 - decay)
-    return scaled
 
 
 # ----------------------------------------------------------------------------------------------
