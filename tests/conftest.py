@@ -50,6 +50,13 @@ settings.load_profile("ci")
 
 TEST_DEVICE = torch.device(os.environ.get("OPTAX_COMPAT_TEST_DEVICE", "cpu"))
 
+# Under ``pytest -n N`` each worker gets its share of the cores for torch's intra-op threads:
+# torch's default (a thread per core in every worker) oversubscribes the CPU, and its threads
+# then wait on each other.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 
 @pytest.fixture(autouse=True)
 def _torch_seeded_by_test_id(request: pytest.FixtureRequest) -> Iterator[None]:
