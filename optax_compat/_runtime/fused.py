@@ -114,6 +114,7 @@ class FusedStep:
         else:
             parts = [list(range(len(self._groups)))]
             shape_of = [tuple(buffer.shape) for buffer in self.params]
+        self._parts = parts
         self._param_parts = [tuple(self.params[g].view(shape_of[g]) for g in part)
                              for part in parts]
         self._grad_parts = [tuple(self._grad_buffers[g].view(shape_of[g]) for g in part)
@@ -153,6 +154,53 @@ class FusedStep:
                            self._state_paths, self.layout == bb.STACKED)
         if self._compiled_in_call:
             self.compile_seconds += time.perf_counter() - start
+
+    def leaf_views(self, per_buffer: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+        """Each leaf's share of a state field that holds a tensor per buffer.
+
+        Args:
+          per_buffer: for each part of :attr:`state` (``"flat"``: the one state; ``"stacked"``:
+            the state of each stack size), the field's tuple with one tensor per buffer of the
+            part: a 1-D tensor as long as the buffer (``"flat"``) or a stack with the leaves
+            along its first axis (``"stacked"``), such as Adam's ``mu``.
+
+        Returns:
+          For each leaf, in leaf order, its view of the field (the leaf's shape for a field
+          shaped like the buffers).
+        """
+        views: list[torch.Tensor] = list(self._leaves)
+        for part, tensors in zip(self._parts, per_buffer, strict=True):
+            for number, tensor in zip(part, tensors, strict=True):
+                group = self._groups[number]
+                if self.layout == bb.STACKED:
+                    pieces = tensor.unbind(0)
+                else:
+                    pieces = [piece.view(self._leaves[i].shape) for i, piece in zip(
+                        group, tensor.split([self._leaves[i].numel() for i in group]),
+                        strict=True)]
+                for i, piece in zip(group, pieces, strict=True):
+                    views[i] = piece
+        return views
+
+    def leaf_shared(self, per_part: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Each leaf's share of a state field shared by all the leaves of a part (a step count).
+
+        Args:
+          per_part: the field in each part of :attr:`state`: one tensor (``"flat"``), or one
+            per stack size with the stacks' positions along its first axis (``"stacked"``,
+            where ``vmap`` gave each position its own).
+
+        Returns:
+          For each leaf, in leaf order, the field (``"flat"``) or its view of it.
+        """
+        if self.layout != bb.STACKED:
+            return [per_part[0]] * len(self._leaves)
+        views: list[torch.Tensor] = list(self._leaves)
+        for part, tensor in zip(self._parts, per_part, strict=True):
+            for number in part:
+                for position, i in enumerate(self._groups[number]):
+                    views[i] = tensor[position]
+        return views
 
     def _gather(self, grads: base.Updates) -> None:
         """Copies into the flat gradient buffers the groups of ``grads`` that are not already

@@ -25,166 +25,22 @@ protocol: ``param_groups`` dicts holding the hyper-parameters, ``state`` keyed b
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import optree
 import torch
 
-from optax_compat._runtime import checkpoint, tree_math
+from optax_compat._runtime import checkpoint, group_layout, tree_math
 from optax_compat._src import base
-from optax_compat.schedules._inject import InjectHyperparamsState, InjectStatefulHyperparamsState
-from optax_compat.transforms._masking import MaskedNode
 
 __all__ = ["TorchOptimizer", "torch_optimizer"]
 
-# Optax's name of a hyper-parameter -> the parameter-group key torch's tools use.
-_GROUP_KEYS = {"learning_rate": "lr"}
 # Keys torch's optimizers and schedulers use for hyper-parameters: in a group of a
 # transformation that has no such hyper-parameter they would be silently ignored.
 _TORCH_HYPERPARAMETERS = frozenset({"lr", "betas", "momentum", "weight_decay", "eps"})
-_PER_PARAMETER, _SHARED, _HYPERPARAMETER, _STATIC = range(4)
-
-
-@dataclasses.dataclass
-class _Entry:
-    """One node of a group state flattened down to per-parameter tuples.
-
-    ``kind`` says where its value lives: in ``state[p][key]`` of each parameter (per-parameter
-    buffers; ``fill`` gives the non-tensor entries such as ``MaskedNode`` of masked-out
-    parameters, ``None`` where every entry is a tensor), in ``state[p][key]`` of every parameter
-    alike (shared tensors), in the group under ``key`` (``component`` of a pair such as
-    ``'betas'``), or in ``value`` (non-tensors).
-    """
-
-    kind: int
-    key: str
-    fill: tuple[Any, ...] | None = None
-    component: int | None = None
-    value: Any = None
-
-
-@dataclasses.dataclass
-class _Layout:
-    """How the state of one parameter group is spread over ``state`` and the group dict.
-
-    ``skeleton`` is the structure ``treespec`` with the static values at their leaves and an
-    empty tensor at every other: under ``torch.compile``, Dynamo rebuilds the structure from
-    it, since it cannot call into optree's C++ ``PyTreeSpec``. Dynamo folds the flattening of a
-    dict of Python constants into metadata that only the folded unflattening reads, so a
-    skeleton leaf is a constant exactly where the traced step's is (hyper-parameters are
-    tensors there).
-    """
-
-    treespec: optree.PyTreeSpec
-    entries: list[_Entry]
-    skeleton: Any
-
-    def structure(self) -> Any:
-        """The structure of the group state: ``treespec``, or Dynamo's own while tracing."""
-        if torch.compiler.is_compiling():
-            return tree_math.treespec(self.skeleton)
-        return self.treespec
-
-
-def _path_name(accessor: optree.PyTreeAccessor) -> str:
-    return ".".join(str(getattr(entry, "field", None) or entry.entry) for entry in accessor)
-
-
-def _per_parameter_predicate(size: int) -> Callable[[Any], bool]:
-    """Whether a state node is a tuple with one buffer per parameter of a group of ``size``."""
-
-    def is_per_parameter(node: Any) -> bool:
-        if type(node) is not tuple or len(node) != size:
-            return False
-        # One C-level pass in the common case (a buffer for every parameter).
-        return (size > 0 and all(map(isinstance, node, itertools.repeat(torch.Tensor)))) or (
-            all(isinstance(x, (torch.Tensor, MaskedNode)) for x in node)
-            and any(isinstance(x, torch.Tensor) for x in node))
-
-    return is_per_parameter
-
-
-def _flatten(state: base.OptState, size: int, with_accessors: bool = False) -> Any:
-    if not with_accessors:
-        return tree_math.traced_or_optree_flatten(state, tree_math.NONE_IS_LEAF,
-                                                  _per_parameter_predicate(size))
-    return optree.tree_flatten_with_accessor(
-        state, is_leaf=_per_parameter_predicate(size), none_is_leaf=tree_math.NONE_IS_LEAF,
-        namespace=tree_math.NAMESPACE)
-
-
-def _is_inject_state(node: Any) -> bool:
-    return isinstance(node, (InjectStatefulHyperparamsState, InjectHyperparamsState))
-
-
-def _injected_hyperparameters(state: base.OptState) -> dict[str, tuple[str, int | None]]:
-    """Maps the path of each injected, unscheduled hyper-parameter to its group key.
-
-    Raises:
-      ValueError: if two injected hyper-parameters would share a group key.
-    """
-    injected: dict[str, tuple[str, int | None]] = {}
-    accessors, nodes, _ = optree.tree_flatten_with_accessor(
-        state, is_leaf=_is_inject_state, none_is_leaf=tree_math.NONE_IS_LEAF,
-        namespace=tree_math.NAMESPACE)
-    for node, accessor in zip(nodes, accessors, strict=True):
-        if not _is_inject_state(node):
-            continue
-        scheduled = getattr(node, "hyperparams_states", {})
-        names = [name for name in node.hyperparams if name not in scheduled]
-        prefix = _path_name(accessor)
-        for name in names:
-            if name in ("b1", "b2") and {"b1", "b2"} <= set(names):
-                key, component = "betas", int(name == "b2")
-            else:
-                key, component = _GROUP_KEYS.get(name, name), None
-            if any(found == (key, component) for found in injected.values()):
-                raise ValueError(f"Two injected hyper-parameters would both be the parameter "
-                                 f"group's {key!r}; inject it in one place only.")
-            injected[".".join(filter(None, (prefix, "hyperparams", name)))] = (key, component)
-    return injected
-
-
-def _layout(state: base.OptState, size: int) -> _Layout:
-    """Plans how a group state of a group of ``size`` parameters is spread (see ``_Entry``)."""
-    accessors, nodes, treespec = _flatten(state, size, with_accessors=True)
-    injected = _injected_hyperparameters(state)
-    entries = []
-    for node, accessor in zip(nodes, accessors, strict=True):
-        key = _path_name(accessor)
-        if key in injected:
-            group_key, component = injected[key]
-            entries.append(_Entry(_HYPERPARAMETER, group_key, component=component))
-        elif isinstance(node, tuple):
-            fill = tuple(None if isinstance(x, torch.Tensor) else x for x in node)
-            entries.append(_Entry(_PER_PARAMETER, key,
-                                  fill=None if fill == (None,) * len(fill) else fill))
-        elif isinstance(node, torch.Tensor):
-            entries.append(_Entry(_SHARED, key))
-        else:
-            entries.append(_Entry(_STATIC, key, value=node))
-    placeholder = torch.empty(0)
-    skeleton = treespec.unflatten([entry.value if entry.kind is _STATIC else placeholder
-                                   for entry in entries])
-    return _Layout(treespec, entries, skeleton)
-
-
-def _python_number(value: Any) -> Any:
-    """A hyper-parameter's value as a Python number, as it was most likely written.
-
-    A float32 or float16 hyper-parameter is read back through its shortest decimal form
-    (``1e-3`` rather than ``0.0010000000474974513``), which rounds to the same tensor value.
-    """
-    if not isinstance(value, torch.Tensor) or value.numel() != 1 or value.requires_grad:
-        return value
-    if value.dtype in (torch.float32, torch.float16):
-        return float(str(value.detach().cpu().numpy()))
-    return value.item()
 
 
 class TorchOptimizer(torch.optim.Optimizer):
@@ -238,7 +94,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                             "GradientTransformation")
         self.tx = base.with_extra_args_support(tx)
         self.inplace = inplace
-        self._layouts: list[_Layout] = []
+        self._layouts: list[group_layout.Layout] = []
         super().__init__(params, self.initial_defaults())
 
     # The hook points a subclass overrides (``torchopt_fn.Optimizer`` does): what every group
@@ -292,7 +148,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._layouts.append(layout)
         self._scatter(group, layout, state, [True] * len(group["params"]))
 
-    def _initialize(self, group: dict[str, Any]) -> tuple[_Layout, base.OptState]:
+    def _initialize(self, group: dict[str, Any]) -> tuple[group_layout.Layout, base.OptState]:
         """Creates the state of a new group and fills in its hyper-parameters.
 
         Raises:
@@ -301,7 +157,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         params = tuple(group["params"])
         with torch.no_grad():
             state = self.group_transformation(group).init(params)
-        layout = _layout(state, len(params))
+        layout = group_layout.plan(state, len(params))
         injected = self._group_values(state, layout, len(params))
         defaults = {**self.defaults, **injected}
         unknown = sorted(set(group) & _TORCH_HYPERPARAMETERS - set(defaults))
@@ -318,12 +174,13 @@ class TorchOptimizer(torch.optim.Optimizer):
         return layout, state
 
     @staticmethod
-    def _group_values(state: base.OptState, layout: _Layout, size: int) -> dict[str, Any]:
+    def _group_values(state: base.OptState, layout: group_layout.Layout,
+                      size: int) -> dict[str, Any]:
         """The injected hyper-parameters of ``state`` as group entries (Python numbers)."""
         values: dict[str, Any] = {}
-        for entry, node in zip(layout.entries, _flatten(state, size)[0], strict=True):
-            if entry.kind is _HYPERPARAMETER:
-                number = _python_number(node)
+        for entry, node in zip(layout.entries, group_layout.flatten(state, size)[0], strict=True):
+            if entry.kind is group_layout.HYPERPARAMETER:
+                number = group_layout.python_number(node)
                 if entry.component is None:
                     values[entry.key] = number
                 else:
@@ -332,8 +189,8 @@ class TorchOptimizer(torch.optim.Optimizer):
                     values[entry.key] = tuple(pair)
         return values
 
-    def _gather(self, group: Mapping[str, Any], layout: _Layout, states: list[dict[str, Any]],
-                copies: list[bool] | None = None) -> list[Any]:
+    def _gather(self, group: Mapping[str, Any], layout: group_layout.Layout,
+                states: list[dict[str, Any]], copies: list[bool] | None = None) -> list[Any]:
         """The nodes of the group state (``layout.treespec`` unflattens them), assembled from
         ``states`` (``state[p]`` of the group's parameters) and the group's hyper-parameters.
 
@@ -345,7 +202,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         try:
             nodes = []
             for entry in layout.entries:
-                if entry.kind is _PER_PARAMETER:
+                if entry.kind is group_layout.PER_PARAMETER:
                     buffers = (list(map(operator.itemgetter(entry.key), states))
                                if entry.fill is None else
                                [state[entry.key] if fill is None else fill
@@ -354,9 +211,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                         buffers = [b.clone() if copy and isinstance(b, torch.Tensor) else b
                                    for b, copy in zip(buffers, copies, strict=True)]
                     nodes.append(tuple(buffers))
-                elif entry.kind is _SHARED:
+                elif entry.kind is group_layout.SHARED:
                     nodes.append(states[0][entry.key])
-                elif entry.kind is _HYPERPARAMETER:
+                elif entry.kind is group_layout.HYPERPARAMETER:
                     value = group[entry.key]
                     value = value if entry.component is None else value[entry.component]
                     nodes.append(torch.as_tensor(value) if compiling else value)
@@ -367,7 +224,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                                "was changed by hand or loaded from another optimizer.") from None
         return nodes
 
-    def _scatter(self, group: Mapping[str, Any], layout: _Layout, state: base.OptState,
+    def _scatter(self, group: Mapping[str, Any], layout: group_layout.Layout, state: base.OptState,
                  stepped: list[bool], states: list[dict[str, Any]] | None = None,
                  gathered: list[Any] | None = None) -> None:
         """Stores ``state`` in ``states`` (``state[p]`` of the group's parameters) for the
@@ -377,7 +234,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         an in-place step advanced, is stored already.
         """
         params = group["params"]
-        nodes, treespec = _flatten(state, len(params))
+        nodes, treespec = group_layout.flatten(state, len(params))
         # Checked in eager steps: Dynamo cannot compare structures (a graph break at best).
         if not torch.compiler.is_compiling() and treespec != layout.treespec:
             raise RuntimeError(f"The transformation changed the structure of its state, from "
@@ -391,15 +248,15 @@ class TorchOptimizer(torch.optim.Optimizer):
         for entry, node, same in zip(layout.entries, nodes, unchanged):
             if same:
                 continue
-            if entry.kind is _PER_PARAMETER:
+            if entry.kind is group_layout.PER_PARAMETER:
                 for target, value, new in zip(states, node, stepped, strict=True):
                     if new and isinstance(value, torch.Tensor):
                         target[entry.key] = value
-            elif entry.kind is _SHARED:
+            elif entry.kind is group_layout.SHARED:
                 if any(target.get(entry.key) is not node for target in states):
                     for target in states:
                         target[entry.key] = node
-            elif entry.kind is _STATIC:
+            elif entry.kind is group_layout.STATIC:
                 entry.value = node
 
     def _dense_gradient(self, grad: torch.Tensor, name: str) -> torch.Tensor:
@@ -530,7 +387,8 @@ class TorchOptimizer(torch.optim.Optimizer):
             if missing:
                 raise ValueError(f"Saved parameter group {index} has no {missing}: the state "
                                  "dict is of another optimizer.")
-            shared_keys = {entry.key for entry in layout.entries if entry.kind is _SHARED}
+            shared_keys = {entry.key for entry in layout.entries
+                           if entry.kind is group_layout.SHARED}
             shared: dict[str, torch.Tensor] = {}
             for saved_id, p in zip(saved_group["params"], group["params"], strict=True):
                 saved = saved_state.get(saved_id, {})
