@@ -69,6 +69,8 @@ class FusedStep:
         of :attr:`params`. ``"stacked"``: a tuple with one state per stack size, each for the
         tuple of stacks (``(size, *shape)`` views of :attr:`params`) of that size, every leaf
         with a leading axis of that size (a per-leaf scalar such as the step count repeated).
+      parts: what each part of the update runs on, as buffer numbers (indices into
+        :attr:`params`): one part holding every buffer (``"flat"``), or one per stack size.
       compile_seconds: seconds spent in the calls that compiled (tracing, code generation or
         a cache hit, and the one step run then); 0.0 before the first call.
     """
@@ -114,7 +116,7 @@ class FusedStep:
         else:
             parts = [list(range(len(self._groups)))]
             shape_of = [tuple(buffer.shape) for buffer in self.params]
-        self._parts = parts
+        self.parts = parts
         self._param_parts = [tuple(self.params[g].view(shape_of[g]) for g in part)
                              for part in parts]
         self._grad_parts = [tuple(self._grad_buffers[g].view(shape_of[g]) for g in part)
@@ -169,7 +171,7 @@ class FusedStep:
           shaped like the buffers).
         """
         views: list[torch.Tensor] = list(self._leaves)
-        for part, tensors in zip(self._parts, per_buffer, strict=True):
+        for part, tensors in zip(self.parts, per_buffer, strict=True):
             for number, tensor in zip(part, tensors, strict=True):
                 group = self._groups[number]
                 if self.layout == bb.STACKED:
@@ -196,7 +198,7 @@ class FusedStep:
         if self.layout != bb.STACKED:
             return [per_part[0]] * len(self._leaves)
         views: list[torch.Tensor] = list(self._leaves)
-        for part, tensor in zip(self._parts, per_part, strict=True):
+        for part, tensor in zip(self.parts, per_part, strict=True):
             for number in part:
                 for position, i in enumerate(self._groups[number]):
                     views[i] = tensor[position]

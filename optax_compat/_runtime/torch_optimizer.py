@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from optax_compat._runtime import checkpoint, group_layout, tree_math
+from optax_compat._runtime.fused_groups import FusedGroup
 from optax_compat._src import base
 
 __all__ = ["TorchOptimizer", "torch_optimizer"]
@@ -68,10 +70,31 @@ class TorchOptimizer(torch.optim.Optimizer):
     ``torch.compile(optimizer.step)`` and a compiled training step work as with
     ``torch.optim``: a step compiles with no graph break, and, as there, a tensor ``'lr'`` in
     the groups lets a scheduler change it without recompiling.
+
+    With ``fused=True`` (as ``torch.optim``'s flag is spelled) each group steps on the fused
+    engine (:func:`optax_compat.fused_step`), a few compiled passes over packed buffers, from
+    its first step on:
+
+    * the group's parameters become views of the buffers (as FSDP's flat parameters), and so
+      do their ``state[p]`` entries: ``state_dict()`` has the unfused optimizer's keys, shapes
+      and values, and checkpoints load either way;
+    * the injected hyper-parameters are tensors that each step fills from the group's entries,
+      so schedulers change them without recompiling;
+    * a gradient is copied into the gradient buffer, and the parameter's ``.grad`` becomes its
+      view of it (same values), as DDP's ``gradient_as_bucket_view`` does: a backward pass then
+      accumulates into the buffer and the next step copies nothing, as long as the gradients
+      are zeroed rather than set to ``None`` (``zero_grad(set_to_none=False)``);
+    * a replaced state entry (``load_state_dict``, a hand edit) is copied back into the
+      buffers before the step, and a parameter whose storage changed (``p.data = ...``,
+      ``module.to(...)``) makes the group pack anew;
+    * a group whose transformation cannot fuse (see :func:`~optax_compat.fused_step`), or
+      whose parameters cannot be packed (DTensors, tied weights), warns once, saying why, and
+      steps unfused.
     """
 
     def __init__(self, params: Iterable[Any], tx: base.GradientTransformation, *,
-                 inplace: bool = False) -> None:
+                 inplace: bool = False, fused: bool | None = None,
+                 fused_backend: str | None = "inductor") -> None:
         """Builds the optimizer.
 
         Args:
@@ -83,6 +106,10 @@ class TorchOptimizer(torch.optim.Optimizer):
           inplace: pass ``inplace=True`` to the transformation: it reuses the state buffers
             (faster; nothing else changes). It writes into copies of the ``.grad`` tensors,
             which a step only reads, as ``torch.optim``'s do.
+          fused: step on the fused engine (see above); ``None`` or ``False`` (the default)
+            does not, as in ``torch.optim``.
+          fused_backend: the ``torch.compile`` backend of the fused steps, or ``None`` to run
+            them eagerly on the packed buffers (see :func:`~optax_compat.fused_step`).
 
         Raises:
           TypeError: if ``tx`` is not a gradient transformation.
@@ -94,7 +121,11 @@ class TorchOptimizer(torch.optim.Optimizer):
                             "GradientTransformation")
         self.tx = base.with_extra_args_support(tx)
         self.inplace = inplace
+        self.fused = bool(fused)
+        self.fused_backend = fused_backend
         self._layouts: list[group_layout.Layout] = []
+        # Per group: its FusedGroup, the reason it steps unfused, or None before its first step.
+        self._fused: list[FusedGroup | str | None] = []
         super().__init__(params, self.initial_defaults())
 
     # The hook points a subclass overrides (``torchopt_fn.Optimizer`` does): what every group
@@ -124,7 +155,9 @@ class TorchOptimizer(torch.optim.Optimizer):
     def __getstate__(self) -> dict[str, Any]:
         """Pickles (and deep-copies) the transformation and layouts with torch's fields."""
         return {**super().__getstate__(), "tx": self.tx, "inplace": self.inplace,
-                "_layouts": self._layouts}
+                "_layouts": self._layouts, "fused": self.fused,
+                "fused_backend": self.fused_backend,
+                "_fused": [None if isinstance(x, FusedGroup) else x for x in self._fused]}
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Adds a parameter group (a dict with ``'params'``) and creates its state.
@@ -146,6 +179,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             self.param_groups.pop()
             raise
         self._layouts.append(layout)
+        self._fused.append(None)
         self._scatter(group, layout, state, [True] * len(group["params"]))
 
     def _initialize(self, group: dict[str, Any]) -> tuple[group_layout.Layout, base.OptState]:
@@ -342,15 +376,42 @@ class TorchOptimizer(torch.optim.Optimizer):
                         f"parameter {i} of group {index}" for i in range(len(params))]
                     grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
                                   else grad for grad, name in zip(grads, names, strict=True))
+                states = list(map(self.state.__getitem__, params))
+                fused = self._fused_group(index, group, layout, states) if self.fused else None
+                if fused is not None:
+                    fused.step(group, params, grads, stepped)
+                    continue
                 # In place, the stored buffers of parameters without a gradient are copied.
                 copies = ([not flag for flag in stepped] if self.inplace and not all(stepped)
                           else None)
-                states = list(map(self.state.__getitem__, params))
                 gathered = self._gather(group, layout, states, copies)
                 state = self._apply(group, params, grads, layout.structure().unflatten(gathered),
                                     stepped, extra_args)
                 self._scatter(group, layout, state, stepped, states, gathered)
         return loss
+
+    def _fused_group(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
+                     states: list[dict[str, Any]]) -> FusedGroup | None:
+        """Group ``index`` on the fused engine, packed anew if its parameters' storage
+        changed, or ``None`` (with a one-time warning) if it cannot fuse."""
+        fused = self._fused[index]
+        if isinstance(fused, str):
+            return None
+        params = group["params"]
+        if fused is not None and fused.sync(params, states):
+            return fused
+        try:
+            fused = FusedGroup(self.group_transformation(group), params, layout, states,
+                               backend=self.fused_backend)
+        except (TypeError, ValueError) as error:  # the reason it cannot fuse
+            if isinstance(error, TypeError):
+                error = f"{type(error).__name__}: {error}"
+            self._fused[index] = str(error)
+            warnings.warn(f"{type(self).__name__}(fused=True): parameter group {index} steps "
+                          f"unfused: {error}.", UserWarning, stacklevel=4)
+            return None
+        self._fused[index] = fused
+        return fused
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Loads a state returned by ``state_dict()`` (copying its tensors).
@@ -417,7 +478,7 @@ class TorchOptimizer(torch.optim.Optimizer):
 
 
 def torch_optimizer(tx: base.GradientTransformation, params: Iterable[Any], *,
-                    inplace: bool = False) -> TorchOptimizer:
+                    inplace: bool = False, fused: bool | None = None) -> TorchOptimizer:
     """``tx`` as a :class:`torch.optim.Optimizer` over ``params`` (see :class:`TorchOptimizer`).
 
     Args:
@@ -426,6 +487,7 @@ def torch_optimizer(tx: base.GradientTransformation, params: Iterable[Any], *,
         rate through the groups' ``'lr'``.
       params: tensors, ``(name, tensor)`` pairs, or parameter-group dicts.
       inplace: see :class:`TorchOptimizer`.
+      fused: step on the fused engine (see :class:`TorchOptimizer`).
 
     Returns:
       A :class:`TorchOptimizer`.
@@ -440,5 +502,5 @@ def torch_optimizer(tx: base.GradientTransformation, params: Iterable[Any], *,
       >>> w.detach()
       tensor([0.9000, 2.1000])
     """
-    return TorchOptimizer(params, tx, inplace=inplace)
+    return TorchOptimizer(params, tx, inplace=inplace, fused=fused)
 

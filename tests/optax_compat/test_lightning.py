@@ -29,6 +29,12 @@ def make_optax(params):
     return optax.TorchOptimizer(params, tx)
 
 
+def make_fused(params):
+    tx = optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.inject_hyperparams(optax.adamw)(learning_rate=2e-2, weight_decay=1e-3))
+    return optax.TorchOptimizer(params, tx, fused=True, fused_backend="aot_eager")
+
+
 def make_torchopt(params):
     return torchopt_fn.AdamW(params, lr=2e-2, weight_decay=1e-3)
 
@@ -101,8 +107,8 @@ def fit(module, root, epochs, checkpoint=None, every_epoch=False):
     return trainer
 
 
-@pytest.mark.parametrize("make_optimizer", [make_optax, make_torchopt],
-                         ids=["TorchOptimizer", "torchopt_fn.AdamW"])
+@pytest.mark.parametrize("make_optimizer", [make_optax, make_fused, make_torchopt],
+                         ids=["TorchOptimizer", "TorchOptimizer_fused", "torchopt_fn.AdamW"])
 def test_trainer_loss_falls_and_checkpoint_resumes_to_the_same_numbers(make_optimizer, tmp_path):
     uninterrupted = Regression(make_optimizer)
     trainer = fit(uninterrupted, tmp_path, epochs=2, every_epoch=True)

@@ -1,0 +1,187 @@
+"""The parameter groups of ``TorchOptimizer(..., fused=True)``, stepped by the fused engine.
+
+A :class:`FusedGroup` runs one parameter group's transformation as a
+:class:`~optax_compat._runtime.fused.FusedStep`: the group's parameters become views of packed
+buffers, and so do their entries in the optimizer's ``state``. Each per-parameter buffer of
+``state[p]`` (``'0.mu'``) is ``p``'s view of the packed state field, each shared tensor (a step
+count) the field itself or ``p``'s place in it; so ``state_dict()`` is torch's per-parameter
+layout with the unfused optimizer's keys, shapes and values. The injected hyper-parameters are
+tensors of the packed state that each step fills from the group's entries (``'lr'``,
+``'betas'``): a scheduler changes them without a recompilation.
+
+Whatever replaced what the group packed is noticed before the step (:meth:`FusedGroup.sync`):
+a state entry that is no longer its view (``load_state_dict``, a hand edit, a device move) is
+copied back into the packed buffers; a parameter whose storage changed (``p.data = ...``,
+``module.to(...)``, swapped tensors) makes the optimizer pack the group anew.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from optax_compat._runtime import fused, group_layout
+from optax_compat._runtime.flat_safe import STACKED
+from optax_compat._src import base
+
+__all__ = ["FusedGroup", "why_not_packed"]
+
+
+def why_not_packed(params: Sequence[torch.Tensor]) -> str | None:
+    """``None`` if the parameters may be packed into buffers, else why not.
+
+    They may not be when they are not plain dense floating-point tensors on a real device
+    (DTensors, sparse or meta tensors), or when two of them share memory (tied weights, which
+    packing would untie).
+    """
+    for p in params:
+        if type(p) not in (torch.Tensor, torch.nn.Parameter):
+            return f"a parameter is a {type(p).__name__}, which is not packed"
+        if p.layout != torch.strided or p.device.type == "meta":
+            return f"a parameter is a {p.layout} tensor on {p.device}, which is not packed"
+        if not p.is_floating_point():
+            return f"a parameter has dtype {p.dtype}"
+    spans = sorted((p.untyped_storage().data_ptr(), *_span(p)) for p in params)
+    for (storage, _, end), (next_storage, next_start, _) in itertools.pairwise(spans):
+        if storage == next_storage and next_start < end:
+            return "two parameters share memory (tied weights), which packing would untie"
+    return None
+
+
+def _span(p: torch.Tensor) -> tuple[int, int]:
+    """The first and one-past-last element ``p`` reaches in its storage."""
+    start = p.storage_offset()
+    extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(p.shape, p.stride()))
+    return start, start + (extent if p.numel() else 0)
+
+
+class FusedGroup:
+    """One parameter group on the fused engine, its state entries views of the packed state.
+
+    Attributes:
+      engine: the :class:`~optax_compat._runtime.fused.FusedStep` stepping the group.
+    """
+
+    def __init__(self, tx: base.GradientTransformation, params: Sequence[torch.Tensor],
+                 layout: group_layout.Layout, states: Sequence[dict[str, Any]], *,
+                 backend: str | None) -> None:
+        """Packs ``params`` (re-pointing them), and moves the values of ``states`` (their
+        ``state[p]``, laid out as ``layout`` says) into the packed state, leaving the views
+        there in their place.
+
+        Raises:
+          ValueError: if the parameters cannot be packed, the transformation cannot run
+            fused, or its state has another structure over packed buffers (the message says
+            which).
+        """
+        reason = why_not_packed(params)
+        if reason is not None:
+            raise ValueError(reason)
+        self.engine = fused.FusedStep(tx, tuple(params), backend=backend)
+        stacked = self.engine.layout == STACKED
+        part_states = self.engine.state if stacked else (self.engine.state,)
+        part_nodes = []
+        for state, part in zip(part_states, self.engine.parts, strict=True):
+            nodes, treespec = group_layout.flatten(state, len(part))
+            if treespec != layout.treespec:
+                raise ValueError("the transformation's state has another structure over "
+                                 "packed buffers than over the parameters")
+            part_nodes.append(nodes)
+        self._keys: list[str] = []
+        self._views: list[list[torch.Tensor]] = []
+        self._hyperparameters: list[tuple[group_layout.Entry, list[torch.Tensor]]] = []
+        for index, entry in enumerate(layout.entries):
+            per_part = [nodes[index] for nodes in part_nodes]
+            if entry.kind is group_layout.PER_PARAMETER:
+                if entry.fill is not None:
+                    raise ValueError("the state has masked-out entries, which are not packed")
+                self._keys.append(entry.key)
+                self._views.append(self.engine.leaf_views(per_part))
+            elif entry.kind is group_layout.SHARED:
+                self._keys.append(entry.key)
+                self._views.append(self.engine.leaf_shared(per_part))
+            elif entry.kind is group_layout.HYPERPARAMETER:
+                self._hyperparameters.append((entry, per_part))
+        self._per_parameter = [entry.kind is group_layout.PER_PARAMETER
+                               for entry in layout.entries
+                               if entry.kind in (group_layout.PER_PARAMETER,
+                                                 group_layout.SHARED)]
+        self._grads = list(self.engine.grads)
+        self._pointers = [p.data_ptr() for p in params]
+        self._restore(states, range(len(params)))
+
+    def sync(self, params: Sequence[torch.Tensor], states: Sequence[dict[str, Any]]) -> bool:
+        """Takes back the state entries replaced since the last step; returns ``False``
+        (changing nothing) if a parameter's storage changed, so that the group must be packed
+        anew."""
+        if list(map(torch.Tensor.data_ptr, params)) != self._pointers:
+            return False
+        changed = [i for i, state in enumerate(states)
+                   if not all(map(operator.is_, map(state.get, self._keys),
+                                  [views[i] for views in self._views]))]
+        self._restore(states, changed)
+        return True
+
+    def _restore(self, states: Sequence[dict[str, Any]], indices: Sequence[int]) -> None:
+        """Copies the entries of ``states[i]`` (``i`` in ``indices``) that are not their views
+        into the packed state, and puts the views in their place."""
+        with torch.no_grad():
+            for i in indices:
+                state = states[i]
+                for key, views in zip(self._keys, self._views, strict=True):
+                    value, view = state.get(key), views[i]
+                    if value is view:
+                        continue
+                    if not isinstance(value, torch.Tensor) or value.shape != view.shape:
+                        raise RuntimeError(
+                            f"The optimizer state of a parameter has {key!r} = "
+                            f"{getattr(value, 'shape', value)!r} where the fused optimizer "
+                            f"keeps a tensor of shape {tuple(view.shape)}: it was changed by "
+                            "hand or loaded from another optimizer.")
+                    view.copy_(value)
+                    state[key] = view
+
+    def step(self, group: Mapping[str, Any], params: Sequence[torch.Tensor],
+             grads: Sequence[torch.Tensor], stepped: Sequence[bool]) -> None:
+        """One step of the group in place: its hyper-parameters from ``group``, the gradients
+        ``grads`` of the parameters flagged in ``stepped`` (the others keep their values and
+        their per-parameter state, as in the unfused step).
+
+        A gradient that is the parameter's own ``.grad`` but not its view of the gradient
+        buffer is copied there, and the view becomes the ``.grad`` (same values), so that the
+        next backward pass accumulates into the buffer and the next step copies nothing.
+        """
+        for entry, nodes in self._hyperparameters:
+            value = group[entry.key]
+            value = value if entry.component is None else value[entry.component]
+            for node in nodes:
+                if isinstance(value, torch.Tensor):
+                    node.copy_(value)
+                else:
+                    node.fill_(value)
+        skipped = [i for i, flag in enumerate(stepped) if not flag]
+        copied = [i for i, (grad, view) in enumerate(zip(grads, self._grads, strict=True))
+                  if grad is not view and stepped[i]]
+        if copied:
+            for i in copied:
+                if grads[i].shape != self._grads[i].shape:
+                    raise RuntimeError(f"A gradient has shape {tuple(grads[i].shape)}, its "
+                                       f"parameter {tuple(self._grads[i].shape)}.")
+            torch._foreach_copy_([self._grads[i] for i in copied], [grads[i] for i in copied])
+            for i in copied:
+                if grads[i] is params[i].grad:
+                    params[i].grad = self._grads[i]
+        kept = [(i, params[i].clone(), [views[i].clone() for views, own in zip(
+            self._views, self._per_parameter, strict=True) if own]) for i in skipped]
+        for i in skipped:
+            self._grads[i].zero_()
+        self.engine(self.engine.grads)
+        for i, value, buffers in kept:
+            params[i].copy_(value)
+            own_views = [views[i] for views, own in zip(self._views, self._per_parameter,
+                                                        strict=True) if own]
+            torch._foreach_copy_(own_views, buffers)

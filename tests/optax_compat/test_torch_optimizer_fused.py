@@ -1,0 +1,234 @@
+"""TorchOptimizer(fused=True): the unfused optimizer's numbers, state_dicts and checkpoints."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import optax_compat as optax
+from optax_compat import testing
+
+STEPS = 3
+
+# Every alias of the top level (and the contrib ones fused_step runs) that fuses, built small.
+FUSABLE: dict[str, Callable[[], optax.GradientTransformation]] = {
+    **{name: (lambda name=name: getattr(optax, name)(0.05)) for name in (
+        "adabelief", "adadelta", "adafactor", "adagrad", "adam", "adamax", "adamaxw", "adamw",
+        "adan", "amsgrad", "fromage", "lamb", "lars", "lion", "novograd", "optimistic_adam_v2",
+        "optimistic_gradient_descent", "radam", "rmsprop", "rprop", "sign_sgd", "signum",
+        "yogi")},
+    "sgd": lambda: optax.sgd(0.05, momentum=0.9, nesterov=True),
+    "inject_adamw": lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=0.05,
+                                                                  weight_decay=0.1),
+    "clip_adamw_schedule": lambda: optax.chain(
+        optax.clip_by_global_norm(0.5),
+        optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 0.05, 2, 10))),
+    **{name: (lambda name=name: getattr(optax.contrib, name)(0.05)) for name in (
+        "acprop", "ademamix", "adopt", "schedule_free_adamw")},
+    "prodigy": lambda: optax.contrib.prodigy(weight_decay=0.1),
+}
+# The top-level aliases that step unfused, with a warning: not declared fusable (L-BFGS, noisy
+# SGD), reading the loss (Polyak), deprecated (optimistic_adam), or (SM3) keeping per-axis
+# accumulators, which fused_step runs but torch's per-parameter layout keeps unpacked.
+UNFUSABLE = {"lbfgs", "scale_by_lbfgs", "noisy_sgd", "polyak_sgd", "optimistic_adam", "sm3"}
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 6),
+                               torch.nn.Tanh(), torch.nn.Linear(6, 2))
+
+
+def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(step)
+    return torch.randn(8, 4, generator=generator), torch.randn(8, 2, generator=generator)
+
+
+def _train(optimizer: torch.optim.Optimizer, model: torch.nn.Module, steps: range) -> None:
+    for step in steps:
+        x, y = _batch(step)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def _pair(make: Callable[[], optax.GradientTransformation], **fused: Any
+          ) -> tuple[tuple[torch.nn.Module, optax.TorchOptimizer], ...]:
+    """An unfused and a fused optimizer over two copies of the same model."""
+    pairs = []
+    for kwargs in ({}, {"fused": True, "fused_backend": None, **fused}):
+        model = _model()
+        pairs.append((model, optax.TorchOptimizer(model.parameters(), make(), **kwargs)))
+    return tuple(pairs)
+
+
+def _saved(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def _assert_same(models: tuple[torch.nn.Module, ...], optimizers: tuple[Any, ...],
+                 what: str) -> None:
+    plain, fused = (optimizer.state_dict() for optimizer in optimizers)
+    assert [sorted(s) for s in plain["state"].values()] == [
+        sorted(s) for s in fused["state"].values()], what
+    testing.assert_leaves_close(list(models[1].parameters()), list(models[0].parameters()),
+                                what=f"{what}: params")
+    testing.assert_leaves_close(fused["state"], plain["state"], what=f"{what}: state")
+    assert fused["param_groups"] == plain["param_groups"], what
+
+
+def test_every_top_level_alias_is_known_to_fuse_or_not():
+    module = optax._src.alias
+    aliases = {name for name, value in vars(module).items()
+               if inspect.isfunction(value) and value.__module__ == module.__name__
+               and getattr(optax, name, None) is value}
+    assert len(aliases) > 25
+    assert aliases <= set(FUSABLE) | UNFUSABLE
+
+
+@pytest.mark.parametrize("name", sorted(FUSABLE))
+def test_fused_gives_the_unfused_numbers_state_dicts_and_checkpoints(name):
+    (model, plain), (fused_model, fused) = _pair(FUSABLE[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: the group really fuses
+        _train(plain, model, range(STEPS))
+        _train(fused, fused_model, range(STEPS))
+    assert all(type(group).__name__ == "FusedGroup" for group in fused._fused)
+    _assert_same((model, fused_model), (plain, fused), name)
+    # A checkpoint of either loads into the other (weights_only) and resumes alike.
+    plain_saved, fused_saved = _saved(plain), _saved(fused)
+    plain.load_state_dict(fused_saved)
+    fused.load_state_dict(plain_saved)
+    _train(plain, model, range(STEPS, STEPS + 2))
+    _train(fused, fused_model, range(STEPS, STEPS + 2))
+    _assert_same((model, fused_model), (plain, fused), f"{name} resumed")
+
+
+def test_state_entries_and_parameters_are_views_of_the_packed_buffers():
+    (_, _), (model, fused) = _pair(lambda: optax.adam(0.05))
+    _train(fused, model, range(1))
+    engine = fused._fused[0].engine
+    (buffer,) = engine.params
+    for p in model.parameters():
+        assert p.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+        assert p.grad.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
+        mu = fused.state[p]["0.mu"]
+        assert mu.untyped_storage().data_ptr() == engine.state[0].mu[0].untyped_storage(
+            ).data_ptr()
+
+
+def test_gradients_kept_as_views_accumulate_and_are_not_copied_again():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.adam(0.05))
+    for optimizer, m in ((plain, model), (fused, fused_model)):
+        for step in range(3):  # gradients zeroed, not set to None: accumulation in place
+            x, y = _batch(step)
+            optimizer.zero_grad(set_to_none=False)
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            optimizer.step()
+    _assert_same((model, fused_model), (plain, fused), "set_to_none=False")
+    grads = fused._fused[0].engine.grads
+    assert all(p.grad is view for p, view in zip(fused_model.parameters(), grads, strict=True))
+
+
+def test_a_scheduler_drives_the_learning_rate_without_recompiling():
+    make = lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=0.1)
+    (model, plain), (fused_model, fused) = _pair(make, fused_backend="aot_eager")
+    schedulers = [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+                  for optimizer in (plain, fused)]
+    compile_seconds = []
+    for step in range(4):
+        _train(plain, model, range(step, step + 1))
+        _train(fused, fused_model, range(step, step + 1))
+        for scheduler in schedulers:
+            scheduler.step()
+        compile_seconds.append(fused._fused[0].engine.compile_seconds)
+    assert compile_seconds[0] > 0 and len(set(compile_seconds)) == 1  # compiled once
+    assert fused.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
+    _assert_same((model, fused_model), (plain, fused), "StepLR")
+
+
+def test_a_parameter_without_gradient_keeps_its_value_and_state():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.adam(0.05))
+    _train(plain, model, range(1))
+    _train(fused, fused_model, range(1))
+    for optimizer, m in ((plain, model), (fused, fused_model)):
+        x, y = _batch(7)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        m[0].weight.grad = None
+        optimizer.step()
+    _assert_same((model, fused_model), (plain, fused), "a missing gradient")
+
+
+def test_replaced_storage_and_state_are_taken_over_not_left_stale():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.sgd(0.05, momentum=0.9))
+    _train(plain, model, range(2))
+    _train(fused, fused_model, range(2))
+    for m, optimizer in ((model, plain), (fused_model, fused)):
+        with torch.no_grad():
+            m[0].weight.data = m[0].weight.data.clone() + 1.0  # new storage
+        optimizer.state[m[2].bias]["0.trace"] = torch.full_like(m[2].bias, 0.25)
+    _train(plain, model, range(2, 4))
+    _train(fused, fused_model, range(2, 4))
+    _assert_same((model, fused_model), (plain, fused), "replaced storage and state")
+    assert fused_model[2].bias.untyped_storage().data_ptr() == fused_model[0].weight.\
+        untyped_storage().data_ptr()  # packed anew, together
+
+
+def test_groups_that_cannot_fuse_warn_once_and_step_unfused():
+    model = _model()
+    tied = torch.nn.Parameter(torch.ones(3))
+    view = torch.nn.Parameter(tied.detach()[:2])  # shares tied's memory
+    optimizer = optax.TorchOptimizer(
+        [{"params": list(model.parameters())}, {"params": [tied, view]}],
+        optax.sgd(0.1), fused=True, fused_backend=None)
+    polyak = optax.TorchOptimizer(model.parameters(), optax.polyak_sgd(), fused=True)
+    for p in [*model.parameters(), tied, view]:
+        p.grad = torch.ones_like(p)
+    with pytest.warns(UserWarning, match=r"group 1 steps unfused: two parameters share memory"):
+        optimizer.step()
+    with pytest.warns(UserWarning, match="group 0 steps unfused: TypeError: .*value"):
+        polyak.step(lambda: torch.tensor(1.0))  # it reads the loss, which fused steps lack
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        optimizer.step()  # said once
+    assert type(optimizer._fused[0]).__name__ == "FusedGroup"
+    # Unfused, the shared memory takes both parameters' steps, as with torch.optim.
+    assert tied.tolist() == pytest.approx([0.6, 0.6, 0.8])
+    assert view.tolist() == pytest.approx([0.6, 0.6])
+
+
+def test_fused_step_compiles_with_inductor_and_gives_the_unfused_numbers():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.adamw(0.05),
+                                                 fused_backend="inductor")
+    _train(plain, model, range(STEPS))
+    _train(fused, fused_model, range(STEPS))
+    assert fused._fused[0].engine.compile_seconds > 0
+    _assert_same((model, fused_model), (plain, fused), "inductor")
+
+
+def test_grad_scaler_clipping_and_step_hooks_work_as_unfused():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.adam(0.05))
+    calls = []
+    fused.register_step_post_hook(lambda optimizer, args, kwargs: calls.append("post"))
+    for optimizer, m in ((plain, model), (fused, fused_model)):
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+        for step in range(3):
+            x, y = _batch(step)
+            optimizer.zero_grad()
+            scaler.scale(torch.nn.functional.mse_loss(m(x), y)).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.1)
+            scaler.step(optimizer)
+            scaler.update()
+    assert calls == ["post"] * 3
+    _assert_same((model, fused_model), (plain, fused), "GradScaler")
