@@ -20,6 +20,11 @@ otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line sear
   gradient buffer (as ``grads_as_views=True`` leaves them; torch.optim finds them in ``.grad``);
   a dash when optax_compat lacks it or refuses the transformation (``ValueError``); its
   compile seconds are reported;
+* ``TorchOptimizer`` / ``TorchOptimizer fused``: ``optax_compat.TorchOptimizer(params, tx)``
+  and ``TorchOptimizer(params, tx, fused=True)``, ``step()`` with the gradients in ``.grad``
+  (the fused one copies them into its gradient buffer at its first step and keeps them there as
+  views, as a backward pass into zeroed gradients would leave them); a dash where the fused one
+  steps unfused; its compile seconds are reported;
 * ``torch foreach`` / ``torch fused``: ``torch.optim``'s class for the algorithm with
   ``foreach=True`` / ``fused=True``, where it has one (Muon, which has a single
   implementation, in the foreach column). Only Adam, AdamW and SGD compute Optax's numbers;
@@ -123,10 +128,12 @@ ALIASES = tuple(sorted(
     for name in ",".join(blocks).split(",")
     if callable(getattr(optax_compat, name.strip(), None))))
 OPTIMIZERS = ALIASES + CONTRIB
-IMPLEMENTATIONS = ("ours pure", "ours compiled", "ours in-place", "ours fused", "torch foreach",
-                   "torch fused", "torchopt", "optax jit")
-OURS = IMPLEMENTATIONS[:4]
-COMPILED = ("ours compiled", "ours fused", "optax jit")  # their compile seconds are reported
+IMPLEMENTATIONS = ("ours pure", "ours compiled", "ours in-place", "ours fused", "TorchOptimizer",
+                   "TorchOptimizer fused", "torch foreach", "torch fused", "torchopt",
+                   "optax jit")
+OURS = IMPLEMENTATIONS[:6]
+# Their compile seconds are reported.
+COMPILED = ("ours compiled", "ours fused", "TorchOptimizer fused", "optax jit")
 
 # Constructor arguments after the learning rate, the same for optax_compat, Optax and TorchOpt.
 ARGUMENTS: dict[str, dict[str, Any]] = {"sgd": {"momentum": MOMENTUM},
@@ -213,6 +220,45 @@ def ours_fused(name: str, shapes: Shapes) -> Step | None:
         return None
 
 
+class OptimizerStep:
+    """``optax_compat.TorchOptimizer(params, tx, fused=...).step`` with the gradients in
+    ``.grad``, as for torch.optim's classes (the fused one keeps them as views of its gradient
+    buffer after the first step, as a backward pass into zeroed gradients leaves them)."""
+
+    def __init__(self, name: str, shapes: Shapes, fused: bool) -> None:
+        params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
+        for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
+            param.grad = grad
+        self.optimizer = optax_compat.TorchOptimizer(params, make(optax_compat, name),
+                                                     fused=fused)
+        self.extra = UPDATE_ARGUMENTS.get(name)
+
+    def __call__(self) -> None:
+        self.optimizer.step((lambda: self.extra["value"]) if self.extra else None)
+
+    @property
+    def compile_seconds(self) -> float:
+        return self.optimizer.compile_seconds
+
+
+def torch_optimizer(fused: bool) -> Callable[[str, Shapes], Step | None]:
+    def setup(name: str, shapes: Shapes) -> Step | None:
+        if not fused:
+            return OptimizerStep(name, shapes, fused=False)
+        if not hasattr(optax_compat.TorchOptimizer, "compile_seconds"):
+            return None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*steps unfused")  # no fused cell
+            step = OptimizerStep(name, shapes, fused=True)
+            try:
+                step()
+            except UserWarning:
+                return None
+        return step
+
+    return setup
+
+
 def torch_optim(implementation: str) -> Callable[[str, Shapes], Step | None]:
     def setup(name: str, shapes: Shapes) -> Step | None:
         if name not in TORCH_OPTIM or not hasattr(torch.optim, TORCH_OPTIM[name][0]):
@@ -251,6 +297,8 @@ SETUPS: dict[str, Callable[[str, Shapes], Step | None]] = {
     "ours compiled": ours_compiled,
     "ours in-place": ours_inplace,
     "ours fused": ours_fused,
+    "TorchOptimizer": torch_optimizer(fused=False),
+    "TorchOptimizer fused": torch_optimizer(fused=True),
     "torch foreach": torch_optim("foreach"),
     "torch fused": torch_optim("fused"),
     "torchopt": torchopt,

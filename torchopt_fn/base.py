@@ -183,6 +183,7 @@ def from_optax(tx: optax_compat.GradientTransformation) -> GradientTransformatio
         return extra_args_tx.update(updates, state, params, inplace=inplace)
 
     setattr(update_fn, _ADAPTED, extra_args_tx)
+    bb.elementwise_if(extra_args_tx)(update_fn)  # the fused layouts carry over
     whole_step = inplace_step(tx)
     if whole_step is not None:  # same state: the whole in-place step carries over
         bb.declare(update_fn, whole_step=whole_step)
@@ -210,6 +211,7 @@ def to_optax(tx: GradientTransformation) -> optax_compat.GradientTransformationE
         return (adapted if adapted.init is tx.init
                 else optax_compat.GradientTransformationExtraArgs(tx.init, adapted.update))
 
+    @bb.elementwise_if(tx)
     @bb.supports_inplace
     def update_fn(updates: Updates, state: OptState, params: Params | None = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:

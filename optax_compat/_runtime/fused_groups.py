@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -63,7 +63,8 @@ class FusedGroup:
     """One parameter group on the fused engine, its state entries views of the packed state.
 
     Attributes:
-      engine: the :class:`~optax_compat._runtime.fused.FusedStep` stepping the group.
+      tx: the group's transformation.
+      engine: the :class:`~optax_compat._runtime.fused.FusedStep` running it.
     """
 
     def __init__(self, tx: base.GradientTransformation, params: Sequence[torch.Tensor],
@@ -81,6 +82,7 @@ class FusedGroup:
         reason = why_not_packed(params)
         if reason is not None:
             raise ValueError(reason)
+        self.tx = tx
         self.engine = fused.FusedStep(tx, tuple(params), backend=backend)
         stacked = self.engine.layout == STACKED
         part_states = self.engine.state if stacked else (self.engine.state,)
@@ -112,6 +114,9 @@ class FusedGroup:
                                                  group_layout.SHARED)]
         self._grads = list(self.engine.grads)
         self._pointers = [p.data_ptr() for p in params]
+        # What ``sync`` compares the state with: each parameter's entries, in order.
+        self._entries = operator.itemgetter(*self._keys) if self._keys else None
+        self._flat_views = [views[i] for i in range(len(params)) for views in self._views]
         self._restore(states, range(len(params)))
 
     def sync(self, params: Sequence[torch.Tensor], states: Sequence[dict[str, Any]]) -> bool:
@@ -120,13 +125,20 @@ class FusedGroup:
         anew."""
         if list(map(torch.Tensor.data_ptr, params)) != self._pointers:
             return False
-        changed = [i for i, state in enumerate(states)
-                   if not all(map(operator.is_, map(state.get, self._keys),
-                                  [views[i] for views in self._views]))]
-        self._restore(states, changed)
+        if self._entries is None:
+            return True
+        try:  # one pass in C when nothing was replaced
+            current = map(self._entries, states)
+            if len(self._keys) != 1:
+                current = itertools.chain.from_iterable(current)
+            if all(map(operator.is_, current, self._flat_views)):
+                return True
+        except KeyError:
+            pass
+        self._restore(states, range(len(states)))
         return True
 
-    def _restore(self, states: Sequence[dict[str, Any]], indices: Sequence[int]) -> None:
+    def _restore(self, states: Sequence[dict[str, Any]], indices: Iterable[int]) -> None:
         """Copies the entries of ``states[i]`` (``i`` in ``indices``) that are not their views
         into the packed state, and puts the views in their place."""
         with torch.no_grad():
@@ -146,10 +158,12 @@ class FusedGroup:
                     state[key] = view
 
     def step(self, group: Mapping[str, Any], params: Sequence[torch.Tensor],
-             grads: Sequence[torch.Tensor], stepped: Sequence[bool]) -> None:
+             grads: Sequence[torch.Tensor | None],
+             densify: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         """One step of the group in place: its hyper-parameters from ``group``, the gradients
-        ``grads`` of the parameters flagged in ``stepped`` (the others keep their values and
-        their per-parameter state, as in the unfused step).
+        ``grads`` (the parameters whose gradient is ``None`` keep their values and their
+        per-parameter state, as in the unfused step; a sparse one is passed to ``densify``
+        with its position).
 
         A gradient that is the parameter's own ``.grad`` but not its view of the gradient
         buffer is copied there, and the view becomes the ``.grad`` (same values), so that the
@@ -163,25 +177,27 @@ class FusedGroup:
                     node.copy_(value)
                 else:
                     node.fill_(value)
-        skipped = [i for i, flag in enumerate(stepped) if not flag]
+        if all(map(operator.is_, grads, self._grads)):  # what backward into the views leaves
+            self.engine(self.engine.grads)
+            return
+        skipped = [i for i, grad in enumerate(grads) if grad is None]
         copied = [i for i, (grad, view) in enumerate(zip(grads, self._grads, strict=True))
-                  if grad is not view and stepped[i]]
-        if copied:
-            for i in copied:
-                if grads[i].shape != self._grads[i].shape:
-                    raise RuntimeError(f"A gradient has shape {tuple(grads[i].shape)}, its "
-                                       f"parameter {tuple(self._grads[i].shape)}.")
-            torch._foreach_copy_([self._grads[i] for i in copied], [grads[i] for i in copied])
-            for i in copied:
-                if grads[i] is params[i].grad:
-                    params[i].grad = self._grads[i]
-        kept = [(i, params[i].clone(), [views[i].clone() for views, own in zip(
-            self._views, self._per_parameter, strict=True) if own]) for i in skipped]
+                  if grad is not None and grad is not view]
+        sources = [densify(grads[i], i) if grads[i].is_sparse else grads[i] for i in copied]
+        for i, source in zip(copied, sources, strict=True):
+            if source.shape != self._grads[i].shape:
+                raise RuntimeError(f"A gradient has shape {tuple(source.shape)}, its "
+                                   f"parameter {tuple(self._grads[i].shape)}.")
+        torch._foreach_copy_([self._grads[i] for i in copied], sources)
+        for i, source in zip(copied, sources, strict=True):
+            if source is params[i].grad:
+                params[i].grad = self._grads[i]
+        own = [views for views, per_parameter in zip(self._views, self._per_parameter,
+                                                     strict=True) if per_parameter]
+        kept = [(i, params[i].clone(), [views[i].clone() for views in own]) for i in skipped]
         for i in skipped:
             self._grads[i].zero_()
         self.engine(self.engine.grads)
         for i, value, buffers in kept:
             params[i].copy_(value)
-            own_views = [views[i] for views, own in zip(self._views, self._per_parameter,
-                                                        strict=True) if own]
-            torch._foreach_copy_(own_views, buffers)
+            torch._foreach_copy_([views[i] for views in own], buffers)

@@ -293,6 +293,12 @@ class TorchOptimizer(torch.optim.Optimizer):
             elif entry.kind is group_layout.STATIC:
                 entry.value = node
 
+    @staticmethod
+    def _name(group: Mapping[str, Any], index: int, position: int) -> str:
+        """How errors name the parameter at ``position`` of group ``index``."""
+        names = group.get("param_names")
+        return repr(names[position] if names else f"parameter {position} of group {index}")
+
     def _dense_gradient(self, grad: torch.Tensor, name: str) -> torch.Tensor:
         """What the transformation gets for the sparse gradient ``grad``: refused here.
 
@@ -365,22 +371,21 @@ class TorchOptimizer(torch.optim.Optimizer):
                                                         strict=True)):
                 params = tuple(group["params"])
                 grads = tuple(tree_math.attributes("grad", params))
-                stepped = list(map(operator.is_not, grads, itertools.repeat(None)))
-                if not any(stepped):
+                if not any(map(operator.is_not, grads, itertools.repeat(None))):
                     continue
+                states = list(map(self.state.__getitem__, params))
+                fused = self._fused_group(index, group, layout, states) if self.fused else None
+                if fused is not None:
+                    fused.step(group, params, grads, lambda grad, i, group=group, index=index:
+                               self._dense_gradient(grad, self._name(group, index, i)))
+                    continue
+                stepped = list(map(operator.is_not, grads, itertools.repeat(None)))
                 if not all(stepped):
                     grads = tuple(torch.zeros_like(p) if g is None else g
                                   for p, g in zip(params, grads, strict=True))
                 if any(tree_math.attributes("is_sparse", grads)):
-                    names = group.get("param_names") or [
-                        f"parameter {i} of group {index}" for i in range(len(params))]
-                    grads = tuple(self._dense_gradient(grad, repr(name)) if grad.is_sparse
-                                  else grad for grad, name in zip(grads, names, strict=True))
-                states = list(map(self.state.__getitem__, params))
-                fused = self._fused_group(index, group, layout, states) if self.fused else None
-                if fused is not None:
-                    fused.step(group, params, grads, stepped)
-                    continue
+                    grads = tuple(self._dense_gradient(grad, self._name(group, index, i))
+                                  if grad.is_sparse else grad for i, grad in enumerate(grads))
                 # In place, the stored buffers of parameters without a gradient are copied.
                 copies = ([not flag for flag in stepped] if self.inplace and not all(stepped)
                           else None)
@@ -390,19 +395,24 @@ class TorchOptimizer(torch.optim.Optimizer):
                 self._scatter(group, layout, state, stepped, states, gathered)
         return loss
 
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds the fused groups spent compiling their steps so far (0.0 unfused)."""
+        return sum(group.engine.compile_seconds for group in self._fused
+                   if isinstance(group, FusedGroup))
+
     def _fused_group(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
                      states: list[dict[str, Any]]) -> FusedGroup | None:
-        """Group ``index`` on the fused engine, packed anew if its parameters' storage
-        changed, or ``None`` (with a one-time warning) if it cannot fuse."""
+        """Group ``index`` on the fused engine, packed anew if its parameters' storage or its
+        transformation changed, or ``None`` (with a one-time warning) if it cannot fuse."""
         fused = self._fused[index]
         if isinstance(fused, str):
             return None
-        params = group["params"]
-        if fused is not None and fused.sync(params, states):
+        params, tx = group["params"], self.group_transformation(group)
+        if fused is not None and fused.tx is tx and fused.sync(params, states):
             return fused
         try:
-            fused = FusedGroup(self.group_transformation(group), params, layout, states,
-                               backend=self.fused_backend)
+            fused = FusedGroup(tx, params, layout, states, backend=self.fused_backend)
         except (TypeError, ValueError) as error:  # the reason it cannot fuse
             if isinstance(error, TypeError):
                 error = f"{type(error).__name__}: {error}"

@@ -232,3 +232,39 @@ def test_grad_scaler_clipping_and_step_hooks_work_as_unfused():
             scaler.update()
     assert calls == ["post"] * 3
     _assert_same((model, fused_model), (plain, fused), "GradScaler")
+
+
+TORCHOPT_FN = {
+    "Adam": {"lr": 0.05, "weight_decay": 0.1},
+    "Adam_accelerated": {"lr": 0.05, "use_accelerated_op": True},
+    "AdamW": {"lr": 0.05},
+    "SGD": {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.1,
+            "maximize": True},
+    "AdaMax": {"lr": 0.05},
+    "AdaDelta": {"lr": 0.5},
+    "AdaGrad": {"lr": 0.05},
+    "RAdam": {"lr": 0.05},
+    "RMSProp": {"lr": 0.05, "momentum": 0.9, "centered": True},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHOPT_FN))
+def test_torchopt_fn_optimizers_fuse_with_the_unfused_numbers(name):
+    import torchopt_fn
+
+    cls = getattr(torchopt_fn, name.split("_")[0])
+    models, optimizers = [], []
+    for fused in (None, True):
+        model = _model()
+        optimizer = cls(model.parameters(), **TORCHOPT_FN[name], fused=fused)
+        optimizer.fused_backend = None  # eagerly on the packed buffers: no compilation
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for step in range(STEPS + 1):
+                _train(optimizer, model, range(step, step + 1))
+                scheduler.step()
+        models.append(model)
+        optimizers.append(optimizer)
+    assert type(optimizers[1]._fused[0]).__name__ == "FusedGroup"
+    _assert_same(tuple(models), tuple(optimizers), name)

@@ -77,6 +77,7 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
         del params
         return EmptyState()
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         grads, spec = tree_math.flatten(updates)
@@ -135,6 +136,7 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
 
     steps = to_optax(tx)
 
+    @bb.elementwise_if(steps)
     @bb.supports_inplace
     def update_fn(updates: Updates, state: OptState, params: Params | None = None, *,
                   inplace: bool = False, **extra_args: Any) -> tuple[Updates, OptState]:

@@ -29,9 +29,12 @@ class AdaDelta(HyperparameterOptimizer):
         rho: float = 0.9,
         eps: float = 1e-6,
         weight_decay: float = 0.0,
+        *,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adadelta`)."""
-        super().__init__(params, lr=lr, rho=rho, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                         fused=fused)
 
 
 Adadelta = AdaDelta  # PyTorch's spelling

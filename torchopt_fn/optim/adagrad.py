@@ -31,11 +31,13 @@ class AdaGrad(HyperparameterOptimizer):
         eps: float = 1e-10,
         *,
         maximize: bool = False,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adagrad`)."""
         super().__init__(params, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                          initial_accumulator_value=initial_accumulator_value, eps=eps,
-                         maximize=maximize)
+                         maximize=maximize,
+                         fused=fused)
 
 
 Adagrad = AdaGrad  # PyTorch's spelling

@@ -37,11 +37,13 @@ class Adam(HyperparameterOptimizer):
         eps_root: float = 0.0,
         maximize: bool = False,
         use_accelerated_op: bool = False,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adam`)."""
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          eps_root=eps_root, maximize=maximize,
-                         use_accelerated_op=use_accelerated_op)
+                         use_accelerated_op=use_accelerated_op,
+                         fused=fused)
 
     def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
         impl = alias.adam(**arguments, moment_requires_grad=False)

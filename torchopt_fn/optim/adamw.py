@@ -39,11 +39,13 @@ class AdamW(HyperparameterOptimizer):
         mask: OptState | Callable[[Params], OptState] | None = None,
         maximize: bool = False,
         use_accelerated_op: bool = False,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.adamw`)."""
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          eps_root=eps_root, mask=mask, maximize=maximize,
-                         use_accelerated_op=use_accelerated_op)
+                         use_accelerated_op=use_accelerated_op,
+                         fused=fused)
 
     def _build(self, **arguments: Any) -> tuple[GradientTransformation, StepFn | None]:
         impl = alias.adamw(**arguments, moment_requires_grad=False)

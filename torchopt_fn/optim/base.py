@@ -58,20 +58,23 @@ class Optimizer(TorchOptimizer):
     hyper-parameters in the groups, so schedulers and per-group values work on them.
     """
 
-    def __init__(self, params: Iterable[Any], impl: GradientTransformation) -> None:
+    def __init__(self, params: Iterable[Any], impl: GradientTransformation, *,
+                 fused: bool | None = None) -> None:
         """Builds the optimizer.
 
         Args:
           params: the tensors to optimize, ``(name, tensor)`` pairs, or parameter-group dicts.
           impl: the transformation, e.g. ``torchopt_fn.adam(...)`` or a ``chain``; an
             ``optax_compat`` transformation is accepted too.
+          fused: step on the fused engine where the transformation fuses (ours, not
+            TorchOpt's; see :class:`optax_compat.TorchOptimizer`).
 
         Raises:
           TypeError: if ``impl`` is not a gradient transformation.
         """
         self.impl: GradientTransformation = as_transformation(impl)
         self._inplace_step = inplace_step(self.impl)
-        super().__init__(params, to_optax(self.impl), inplace=True)
+        super().__init__(params, to_optax(self.impl), inplace=True, fused=fused)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles ``impl`` with the rest (see :class:`optax_compat.TorchOptimizer`)."""
@@ -132,16 +135,23 @@ class HyperparameterOptimizer(Optimizer):
     (and the in-place step, if any) from them, by default with the subclass's ``_factory``
     (the alias, e.g. :func:`torchopt_fn.sgd`); a group rebuilds it when its entries change (a
     scheduler set ``'lr'``), so each group steps with its own current values, as plain numbers.
+
+    With ``fused=True`` the groups step on the fused engine; the values are compiled into the
+    step, so a new value (a scheduler's) compiles a new one. A scheduled fused run is better
+    served by :class:`optax_compat.TorchOptimizer` over an ``inject_hyperparams``
+    transformation, whose hyper-parameters are inputs of the compiled step.
     """
 
     _factory: Callable[..., GradientTransformation]
 
-    def __init__(self, params: Iterable[Any], **arguments: Any) -> None:
-        """Builds the optimizer; ``arguments`` are those of :meth:`_build`."""
+    def __init__(self, params: Iterable[Any], *, fused: bool | None = None,
+                 **arguments: Any) -> None:
+        """Builds the optimizer; ``arguments`` are those of :meth:`_build`, ``fused`` that of
+        :class:`Optimizer`."""
         self._hyperparameters = {k: v for k, v in arguments.items() if _is_group_entry(v)}
         self._options = {k: v for k, v in arguments.items() if k not in self._hyperparameters}
         self._built: dict[int, tuple[tuple[Any, ...], Any, StepFn | None]] = {}
-        super().__init__(params, self._build(**arguments)[0])
+        super().__init__(params, self._build(**arguments)[0], fused=fused)
 
     def initial_defaults(self) -> dict[str, Any]:
         """The constructor's numeric arguments, which every group gets."""

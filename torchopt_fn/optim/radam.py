@@ -29,6 +29,9 @@ class RAdam(HyperparameterOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        *,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.radam`)."""
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         fused=fused)

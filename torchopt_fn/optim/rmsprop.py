@@ -34,11 +34,13 @@ class RMSProp(HyperparameterOptimizer):
         initial_scale: float = 0.0,
         nesterov: bool = False,
         maximize: bool = False,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.rmsprop`)."""
         super().__init__(params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                          momentum=momentum, centered=centered, initial_scale=initial_scale,
-                         nesterov=nesterov, maximize=maximize)
+                         nesterov=nesterov, maximize=maximize,
+                         fused=fused)
 
 
 RMSprop = RMSProp  # PyTorch's spelling

@@ -34,10 +34,13 @@ class SGD(HyperparameterOptimizer):
         dampening: float = 0.0,
         nesterov: bool = False,
         maximize: bool = False,
+        *,
+        fused: bool | None = None,
     ) -> None:
         """Builds the optimizer over ``params`` (see :func:`torchopt_fn.sgd`)."""
         super().__init__(params, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         dampening=dampening, nesterov=nesterov, maximize=maximize)
+                         dampening=dampening, nesterov=nesterov, maximize=maximize,
+                         fused=fused)
 
     def _dense_gradient(self, grad: torch.Tensor, name: str) -> torch.Tensor:
         """A sparse gradient is densified: SGD's step is the same on its dense form."""

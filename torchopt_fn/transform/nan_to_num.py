@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import EmptyState, GradientTransformation
 from torchopt_fn.typing import OptState, Params, Updates
@@ -28,6 +29,7 @@ def nan_to_num(nan: float = 0.0, posinf: float | None = None,
         del params
         return EmptyState()
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         del params

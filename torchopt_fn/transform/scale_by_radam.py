@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 
 import optax_compat
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import moment_leaves, with_moment_requires_grad
@@ -79,6 +80,7 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                                  nu=tree_math.tree_map(torch.zeros_like, params),
                                  count=torch.zeros((), dtype=torch.int32, device=device))
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         del params

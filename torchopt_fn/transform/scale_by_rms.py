@@ -51,6 +51,7 @@ def scale_by_rms(alpha: float = 0.9, eps: float = 1e-8,
     def init_fn(params: Params) -> OptState:
         return ScaleByRmsState(nu=bb.full(params, initial_scale))
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         del params

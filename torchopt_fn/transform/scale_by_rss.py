@@ -48,6 +48,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1,
     def init_fn(params: Params) -> OptState:
         return ScaleByRssState(sum_of_squares=bb.full(params, initial_accumulator_value))
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         del params

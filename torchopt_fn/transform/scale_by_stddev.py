@@ -47,6 +47,7 @@ def scale_by_stddev(alpha: float = 0.9, eps: float = 1e-8,
         return ScaleByRStdDevState(mu=tree_math.tree_map(torch.zeros_like, params),
                                    nu=bb.full(params, initial_scale))
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         del params

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 import optax_compat
+from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation, identity
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
@@ -36,6 +37,7 @@ def _dampened_trace(momentum: float, dampening: float) -> GradientTransformation
         return DampenedTraceState(trace=tree_math.tree_map(torch.zeros_like, params),
                                   count=torch.zeros((), dtype=torch.int32, device=device))
 
+    @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         del params
