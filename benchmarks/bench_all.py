@@ -25,6 +25,8 @@ otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line sear
   (the fused one copies them into its gradient buffer at its first step and keeps them there as
   views, as a backward pass into zeroed gradients would leave them); a dash where the fused one
   steps unfused; its compile seconds are reported;
+* ``torchopt_fn fused``: ``torchopt_fn.Adam``/``AdamW``/``SGD(params, ..., fused=True)``, as
+  ``TorchOptimizer fused``;
 * ``torch foreach`` / ``torch fused``: ``torch.optim``'s class for the algorithm with
   ``foreach=True`` / ``fused=True``, where it has one (Muon, which has a single
   implementation, in the foreach column). Only Adam, AdamW and SGD compute Optax's numbers;
@@ -129,11 +131,12 @@ ALIASES = tuple(sorted(
     if callable(getattr(optax_compat, name.strip(), None))))
 OPTIMIZERS = ALIASES + CONTRIB
 IMPLEMENTATIONS = ("ours pure", "ours compiled", "ours in-place", "ours fused", "TorchOptimizer",
-                   "TorchOptimizer fused", "torch foreach", "torch fused", "torchopt",
-                   "optax jit")
-OURS = IMPLEMENTATIONS[:6]
+                   "TorchOptimizer fused", "torchopt_fn fused", "torch foreach", "torch fused",
+                   "torchopt", "optax jit")
+OURS = IMPLEMENTATIONS[:7]
 # Their compile seconds are reported.
-COMPILED = ("ours compiled", "ours fused", "TorchOptimizer fused", "optax jit")
+COMPILED = ("ours compiled", "ours fused", "TorchOptimizer fused", "torchopt_fn fused",
+            "optax jit")
 
 # Constructor arguments after the learning rate, the same for optax_compat, Optax and TorchOpt.
 ARGUMENTS: dict[str, dict[str, Any]] = {"sgd": {"momentum": MOMENTUM},
@@ -220,17 +223,32 @@ def ours_fused(name: str, shapes: Shapes) -> Step | None:
         return None
 
 
-class OptimizerStep:
-    """``optax_compat.TorchOptimizer(params, tx, fused=...).step`` with the gradients in
-    ``.grad``, as for torch.optim's classes (the fused one keeps them as views of its gradient
-    buffer after the first step, as a backward pass into zeroed gradients leaves them)."""
+# torchopt_fn's class for the alias, with the arguments that give the alias's numbers.
+TORCHOPT_FN: dict[str, tuple[str, dict[str, Any]]] = {
+    "adam": ("Adam", {}), "adamw": ("AdamW", {"weight_decay": 1e-4}),
+    "sgd": ("SGD", {"momentum": MOMENTUM})}
 
-    def __init__(self, name: str, shapes: Shapes, fused: bool) -> None:
+
+class OptimizerStep:
+    """``optax_compat.TorchOptimizer(params, tx, fused=...).step`` (or a ``torchopt_fn``
+    class's) with the gradients in ``.grad``, as for torch.optim's classes (the fused one keeps
+    them as views of its gradient buffer after the first step, as a backward pass into zeroed
+    gradients leaves them)."""
+
+    def __init__(self, name: str, shapes: Shapes, fused: bool, torchopt_fn: bool = False
+                 ) -> None:
         params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
         for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
             param.grad = grad
-        self.optimizer = optax_compat.TorchOptimizer(params, make(optax_compat, name),
-                                                     fused=fused)
+        if torchopt_fn:
+            import torchopt_fn as module
+
+            cls, kwargs = TORCHOPT_FN[name]
+            self.optimizer = getattr(module, cls)(params, lr=LEARNING_RATE, **kwargs,
+                                                  fused=fused)
+        else:
+            self.optimizer = optax_compat.TorchOptimizer(params, make(optax_compat, name),
+                                                         fused=fused)
         self.extra = UPDATE_ARGUMENTS.get(name)
 
     def __call__(self) -> None:
@@ -241,15 +259,17 @@ class OptimizerStep:
         return self.optimizer.compile_seconds
 
 
-def torch_optimizer(fused: bool) -> Callable[[str, Shapes], Step | None]:
+def torch_optimizer(fused: bool, torchopt_fn: bool = False
+                    ) -> Callable[[str, Shapes], Step | None]:
     def setup(name: str, shapes: Shapes) -> Step | None:
         if not fused:
             return OptimizerStep(name, shapes, fused=False)
-        if not hasattr(optax_compat.TorchOptimizer, "compile_seconds"):
+        if not hasattr(optax_compat.TorchOptimizer, "compile_seconds") or (
+                torchopt_fn and name not in TORCHOPT_FN):
             return None
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message=".*steps unfused")  # no fused cell
-            step = OptimizerStep(name, shapes, fused=True)
+            step = OptimizerStep(name, shapes, fused=True, torchopt_fn=torchopt_fn)
             try:
                 step()
             except UserWarning:
@@ -299,6 +319,7 @@ SETUPS: dict[str, Callable[[str, Shapes], Step | None]] = {
     "ours fused": ours_fused,
     "TorchOptimizer": torch_optimizer(fused=False),
     "TorchOptimizer fused": torch_optimizer(fused=True),
+    "torchopt_fn fused": torch_optimizer(fused=True, torchopt_fn=True),
     "torch foreach": torch_optim("foreach"),
     "torch fused": torch_optim("fused"),
     "torchopt": torchopt,

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from optax_compat._runtime import checkpoint, group_layout, tree_math
+from optax_compat._runtime.adam_engine import inplace_step
 from optax_compat._runtime.fused_groups import FusedGroup
 from optax_compat._src import base
 
@@ -105,7 +106,8 @@ class TorchOptimizer(torch.optim.Optimizer):
             optax_compat.inject_hyperparams(optax_compat.adam)(learning_rate=1e-3))``.
           inplace: pass ``inplace=True`` to the transformation: it reuses the state buffers
             (faster; nothing else changes). It writes into copies of the ``.grad`` tensors,
-            which a step only reads, as ``torch.optim``'s do.
+            which a step only reads, as ``torch.optim``'s do. (A transformation with a whole
+            in-place step, :func:`optax_compat.inplace_step`, steps with it either way.)
           fused: step on the fused engine (see above); ``None`` or ``False`` (the default)
             does not, as in ``torch.optim``.
           fused_backend: the ``torch.compile`` backend of the fused steps, or ``None`` to run
@@ -142,15 +144,16 @@ class TorchOptimizer(torch.optim.Optimizer):
         return self.tx
 
     def group_whole_step(self, group: Mapping[str, Any]) -> Callable[..., Any] | None:
-        """A whole in-place step for ``group`` (none here; a hook), run instead of its
-        transformation when the optimizer is in place.
+        """A whole in-place step for ``group``, run instead of its transformation: here that of
+        ``tx`` (:func:`optax_compat.inplace_step`: Adam's and AdamW's), since the optimizer
+        owns its state; a hook.
 
         It is called ``step(params, grads, state, *, keep_grads=True) -> state``, writes into
         the parameters and the state buffers, and gives the numbers of
         :meth:`group_transformation`'s update (see :func:`optax_compat.inplace_step`).
         """
         del group
-        return None
+        return inplace_step(self.tx)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles (and deep-copies) the transformation and layouts with torch's fields."""
@@ -312,13 +315,14 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     def _apply(self, group: Mapping[str, Any], params: tuple[torch.Tensor, ...],
                grads: tuple[torch.Tensor, ...], state: base.OptState, stepped: list[bool],
-               extra_args: dict[str, Any]) -> base.OptState:
-        """Runs the transformation and adds the updates to the parameters flagged in ``stepped``.
+               extra_args: dict[str, Any], whole_step: Callable[..., Any] | None
+               ) -> base.OptState:
+        """Runs the transformation, or ``whole_step`` (:meth:`group_whole_step`), and adds the
+        updates to the parameters flagged in ``stepped``.
 
         Returns:
           The new group state.
         """
-        whole_step = self.group_whole_step(group) if self.inplace else None
         if whole_step is not None:
             kept = ([] if all(stepped) else
                     [(p, p.clone()) for p, flag in zip(params, stepped, strict=True) if not flag])
@@ -386,12 +390,13 @@ class TorchOptimizer(torch.optim.Optimizer):
                 if any(tree_math.attributes("is_sparse", grads)):
                     grads = tuple(self._dense_gradient(grad, self._name(group, index, i))
                                   if grad.is_sparse else grad for i, grad in enumerate(grads))
+                whole_step = self.group_whole_step(group)
                 # In place, the stored buffers of parameters without a gradient are copied.
-                copies = ([not flag for flag in stepped] if self.inplace and not all(stepped)
-                          else None)
+                copies = ([not flag for flag in stepped]
+                          if (self.inplace or whole_step) and not all(stepped) else None)
                 gathered = self._gather(group, layout, states, copies)
                 state = self._apply(group, params, grads, layout.structure().unflatten(gathered),
-                                    stepped, extra_args)
+                                    stepped, extra_args, whole_step)
                 self._scatter(group, layout, state, stepped, states, gathered)
         return loss
 
