@@ -19,6 +19,7 @@ import torch
 
 from optax_compat import _runtime as bb
 from optax_compat._runtime import adam_engine
+from optax_compat._runtime import momentum_step as momentum_step_module
 from optax_compat._src import base, factorized, transform
 from optax_compat._src import linesearch as _linesearch
 from optax_compat._src.transform import scale_by_lbfgs
@@ -1143,10 +1144,14 @@ def sgd(
         _accumulation.trace(decay=momentum, nesterov=nesterov,
                             accumulator_dtype=accumulator_dtype)
         if momentum is not None else base.identity())
-    return _combining.chain(
+    tx = _combining.chain(
         momentum_step,
         transform.scale_by_learning_rate(learning_rate),
     )
+    if momentum is not None and not callable(learning_rate) and accumulator_dtype is None:
+        bb.declare(tx.update, whole_step=bb.tolerates_none_step(
+            momentum_step_module.sgd_step(tx, learning_rate, momentum, nesterov)))
+    return tx
 
 
 def sm3(
