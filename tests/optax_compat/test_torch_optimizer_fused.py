@@ -40,9 +40,10 @@ UNFUSABLE = {"lbfgs", "scale_by_lbfgs", "noisy_sgd", "polyak_sgd", "optimistic_a
 
 
 def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 6),
-                               torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(),
+                                   torch.nn.Linear(6, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
 
 
 def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,8 +52,9 @@ def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _train(optimizer: torch.optim.Optimizer, model: torch.nn.Module, steps: range) -> None:
+    dtype = next(model.parameters()).dtype
     for step in steps:
-        x, y = _batch(step)
+        x, y = (t.to(dtype) for t in _batch(step))
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
@@ -76,13 +78,14 @@ def _saved(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
 
 
 def _assert_same(models: tuple[torch.nn.Module, ...], optimizers: tuple[Any, ...],
-                 what: str) -> None:
+                 what: str, **tolerance: float) -> None:
     plain, fused = (optimizer.state_dict() for optimizer in optimizers)
     assert [sorted(s) for s in plain["state"].values()] == [
         sorted(s) for s in fused["state"].values()], what
     testing.assert_leaves_close(list(models[1].parameters()), list(models[0].parameters()),
-                                what=f"{what}: params")
-    testing.assert_leaves_close(fused["state"], plain["state"], what=f"{what}: state")
+                                what=f"{what}: params", **tolerance)
+    testing.assert_leaves_close(fused["state"], plain["state"], what=f"{what}: state",
+                                **tolerance)
     assert fused["param_groups"] == plain["param_groups"], what
 
 
@@ -268,3 +271,52 @@ def test_torchopt_fn_optimizers_fuse_with_the_unfused_numbers(name):
         optimizers.append(optimizer)
     assert type(optimizers[1]._fused[0]).__name__ == "FusedGroup"
     _assert_same(tuple(models), tuple(optimizers), name)
+
+
+def test_accelerate_prepares_and_steps_a_fused_optimizer_like_the_unfused_one(tmp_path):
+    accelerate = pytest.importorskip("accelerate")
+    models, optimizers = [], []
+    for fused in (None, True):
+        accelerator = accelerate.Accelerator(cpu=True)
+        model = _model()
+        tx = optax.inject_hyperparams(optax.adamw)(learning_rate=0.05)
+        optimizer = optax.TorchOptimizer(model.parameters(), tx, fused=fused,
+                                         fused_backend=None)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+        for step in range(STEPS):
+            x, y = _batch(step)
+            optimizer.zero_grad()
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            accelerator.clip_grad_norm_(model.parameters(), 0.5)
+            optimizer.step()
+            scheduler.step()
+        accelerator.save_state(tmp_path / f"fused={fused}")
+        models.append(model)
+        optimizers.append(optimizer.optimizer)
+    assert type(optimizers[1]._fused[0]).__name__ == "FusedGroup"
+    _assert_same(tuple(models), tuple(optimizers), "Accelerate")
+    saved = torch.load(tmp_path / "fused=True" / "optimizer.bin", weights_only=True)
+    assert saved["state"].keys() == optimizers[0].state_dict()["state"].keys()
+
+
+def test_a_group_added_later_and_a_dtype_change_are_packed_too():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.adam(0.05))
+    for m, optimizer in ((model, plain), (fused_model, fused)):
+        _train(optimizer, m, range(1))
+        extra = torch.nn.Linear(2, 2)
+        torch.nn.init.constant_(extra.weight, 0.5)
+        torch.nn.init.constant_(extra.bias, -0.1)
+        m.append(extra)
+        optimizer.add_param_group({"params": list(extra.parameters())})
+        _train(optimizer, m, range(1, 3))
+    assert len(fused._fused) == 2 and all(type(g).__name__ == "FusedGroup" for g in fused._fused)
+    _assert_same((model, fused_model), (plain, fused), "an added group")
+    for m, optimizer in ((model, plain), (fused_model, fused)):
+        m.to(torch.float64)  # new storage for every parameter: packed anew
+        _train(optimizer, m, range(3, 5))
+    assert fused._fused[0].engine.params[0].dtype == torch.float64
+    # Unfused, Adam's moments stay float32 (torch.optim's too); fused, they are packed anew
+    # in float64: float32 rounding apart.
+    _assert_same((model, fused_model), (plain, fused), "after model.to(float64)", rtol=1e-6,
+                 atol=1e-7)
