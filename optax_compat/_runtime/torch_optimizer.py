@@ -377,12 +377,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                 grads = tuple(tree_math.attributes("grad", params))
                 if not any(map(operator.is_not, grads, itertools.repeat(None))):
                     continue
-                states = list(map(self.state.__getitem__, params))
-                fused = self._fused_group(index, group, layout, states) if self.fused else None
-                if fused is not None:
-                    fused.step(group, params, grads, lambda grad, i, group=group, index=index:
-                               self._dense_gradient(grad, self._name(group, index, i)))
+                if self.fused and self._fused_step(index, group, layout, params, grads):
                     continue
+                states = list(map(self.state.__getitem__, params))
                 stepped = list(map(operator.is_not, grads, itertools.repeat(None)))
                 if not all(stepped):
                     grads = tuple(torch.zeros_like(p) if g is None else g
@@ -405,6 +402,20 @@ class TorchOptimizer(torch.optim.Optimizer):
         """Seconds the fused groups spent compiling their steps so far (0.0 unfused)."""
         return sum(group.engine.compile_seconds for group in self._fused
                    if isinstance(group, FusedGroup))
+
+    @torch.compiler.disable
+    def _fused_step(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
+                    params: tuple[torch.Tensor, ...],
+                    grads: tuple[torch.Tensor | None, ...]) -> bool:
+        """Steps group ``index`` on the fused engine; ``False`` if it cannot fuse. (Under
+        ``torch.compile`` it runs eagerly: the fused step is compiled already.)"""
+        fused = self._fused_group(index, group, layout,
+                                  list(map(self.state.__getitem__, params)))
+        if fused is None:
+            return False
+        fused.step(group, params, grads, lambda grad, i: self._dense_gradient(
+            grad, self._name(group, index, i)))
+        return True
 
     def _fused_group(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
                      states: list[dict[str, Any]]) -> FusedGroup | None:

@@ -320,3 +320,17 @@ def test_a_group_added_later_and_a_dtype_change_are_packed_too():
     # in float64: float32 rounding apart.
     _assert_same((model, fused_model), (plain, fused), "after model.to(float64)", rtol=1e-6,
                  atol=1e-7)
+
+
+def test_a_compiled_step_runs_the_fused_step_eagerly_with_the_same_numbers():
+    (model, plain), (fused_model, fused) = _pair(
+        lambda: optax.inject_hyperparams(optax.adam)(learning_rate=0.05))
+    compiled = torch.compile(fused.step, backend="eager")
+    for step in range(STEPS):
+        for m, optimizer, run in ((model, plain, plain.step), (fused_model, fused, compiled)):
+            x, y = _batch(step)
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            run()
+    assert type(fused._fused[0]).__name__ == "FusedGroup"
+    _assert_same((model, fused_model), (plain, fused), "torch.compile(step)")
