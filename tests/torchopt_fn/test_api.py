@@ -52,11 +52,20 @@ def test_all_torchopt_top_level_names_exist():
     assert torchopt.__version__ == "0.7.3"
 
 
+# Ours, after TorchOpt's parameters and keyword-only: ``fused=True`` (the fused engine).
+EXTENSIONS = {"fused"}
+
+
 @pytest.mark.parametrize("name", SIGNATURES)
 def test_signatures_follow_torchopt(name):
     target = getattr(torchopt, name)
     function = target.__init__ if inspect.isclass(target) else target
-    assert list(inspect.signature(function).parameters) == SIGNATURES[name].split()
+    parameters = inspect.signature(function).parameters
+    theirs = SIGNATURES[name].split()
+    assert list(parameters)[:len(theirs)] == theirs
+    extra = list(parameters.values())[len(theirs):]
+    assert {p.name for p in extra} <= EXTENSIONS
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extra)
 
 
 def test_submodules_are_reachable():
