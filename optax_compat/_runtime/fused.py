@@ -170,17 +170,12 @@ class FusedStep:
           For each leaf, in leaf order, its view of the field (the leaf's shape for a field
           shaped like the buffers).
         """
+        if self.layout != bb.STACKED:  # one part, its buffers in order: split as the params
+            return _views(tuple(per_buffer[0]), self._groups, self._leaves)
         views: list[torch.Tensor] = list(self._leaves)
-        for part, tensors in zip(self.parts, per_buffer, strict=True):
-            for number, tensor in zip(part, tensors, strict=True):
-                group = self._groups[number]
-                if self.layout == bb.STACKED:
-                    pieces = tensor.unbind(0)
-                else:
-                    pieces = [piece.view(self._leaves[i].shape) for i, piece in zip(
-                        group, tensor.split([self._leaves[i].numel() for i in group]),
-                        strict=True)]
-                for i, piece in zip(group, pieces, strict=True):
+        for part, stacks in zip(self.parts, per_buffer, strict=True):
+            for number, stack in zip(part, stacks, strict=True):
+                for i, piece in zip(self._groups[number], stack.unbind(0), strict=True):
                     views[i] = piece
         return views
 

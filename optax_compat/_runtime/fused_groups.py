@@ -95,6 +95,9 @@ class FusedGroup:
             part_nodes.append(nodes)
         self._keys: list[str] = []
         self._views: list[list[torch.Tensor]] = []
+        # The per-parameter fields (not the shared ones), which a parameter without gradient
+        # keeps.
+        self._own_views: list[list[torch.Tensor]] = []
         self._hyperparameters: list[tuple[group_layout.Entry, list[torch.Tensor]]] = []
         for index, entry in enumerate(layout.entries):
             per_part = [nodes[index] for nodes in part_nodes]
@@ -103,15 +106,12 @@ class FusedGroup:
                     raise ValueError("the state has masked-out entries, which are not packed")
                 self._keys.append(entry.key)
                 self._views.append(self.engine.leaf_views(per_part))
+                self._own_views.append(self._views[-1])
             elif entry.kind is group_layout.SHARED:
                 self._keys.append(entry.key)
                 self._views.append(self.engine.leaf_shared(per_part))
             elif entry.kind is group_layout.HYPERPARAMETER:
                 self._hyperparameters.append((entry, per_part))
-        self._per_parameter = [entry.kind is group_layout.PER_PARAMETER
-                               for entry in layout.entries
-                               if entry.kind in (group_layout.PER_PARAMETER,
-                                                 group_layout.SHARED)]
         self._grads = list(self.engine.grads)
         self._pointers = [p.data_ptr() for p in params]
         # What ``sync`` compares the state with: each parameter's entries, in order.
@@ -192,8 +192,7 @@ class FusedGroup:
         for i, source in zip(copied, sources, strict=True):
             if source is params[i].grad:
                 params[i].grad = self._grads[i]
-        own = [views for views, per_parameter in zip(self._views, self._per_parameter,
-                                                     strict=True) if per_parameter]
+        own = self._own_views
         kept = [(i, params[i].clone(), [views[i].clone() for views in own]) for i in skipped]
         for i in skipped:
             self._grads[i].zero_()
