@@ -19,6 +19,7 @@ NAMESPACES = [
     "optax_compat.projections", "optax_compat.second_order", "optax_compat.perturbations",
     "optax_compat.assignment", "optax_compat.microbatching", "optax_compat.experimental",
     "optax_compat.experimental.aggregating", "optax_compat.testing", "optax_compat.checkpoint",
+    "optax_compat.capabilities",
     "optax_compat.porting", "optax_compat.distributed",
     "torchopt_fn", "torchopt_fn.accelerated_op", "torchopt_fn.alias", "torchopt_fn.base",
     "torchopt_fn.clip", "torchopt_fn.combine", "torchopt_fn.diff", "torchopt_fn.diff.implicit",
@@ -267,6 +268,14 @@ PAGES = [
         ("The whole in-place step", ["optax_compat.inplace_step"]),
         ("Fused steps over packed buffers (elementwise and per-leaf chains, compiled)", [
             "optax_compat.fused_step", "optax_compat.FusedStep",
+        ]),
+        ("Declaring your own transformations for the fast paths (ours, not Optax's)", [
+            "optax_compat.capabilities.elementwise", "optax_compat.capabilities.global_reduction",
+            "optax_compat.capabilities.per_leaf", "optax_compat.capabilities.supports_inplace",
+            "optax_compat.capabilities.like", "optax_compat.capabilities.why_not",
+            "optax_compat.capabilities.capabilities_of", "optax_compat.capabilities.Capabilities",
+            "optax_compat.capabilities.FLAT", "optax_compat.capabilities.STACKED",
+            "optax_compat.capabilities.LAYOUTS",
         ]),
         ("Distributed checkpoints (flat, name-keyed states for torch.distributed.checkpoint)", [
             "optax_compat.distributed.state_to_flat_dict",
@@ -584,6 +593,11 @@ PAGES = [
             "optax_compat.testing.check_matches_optax", "optax_compat.testing.check_pure",
             "optax_compat.testing.check_differentiable", "optax_compat.testing.check_compilable",
             "optax_compat.testing.check_state_stable",
+        ]),
+        ("Checks of capability declarations", [
+            "optax_compat.testing.check_declarations", "optax_compat.testing.check_elementwise",
+            "optax_compat.testing.check_global_reduction", "optax_compat.testing.check_per_leaf",
+            "optax_compat.testing.check_inplace",
         ]),
         ("Assertions", [
             "optax_compat.testing.assert_trees_all_close",

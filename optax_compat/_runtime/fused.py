@@ -76,7 +76,8 @@ class FusedStep:
     """
 
     def __init__(self, tx: base.GradientTransformation, params: base.Params, *,
-                 backend: str | None = "inductor", grads_as_views: bool = False) -> None:
+                 backend: str | None = "inductor", grads_as_views: bool = False,
+                 validate: bool = False) -> None:
         """See :func:`fused_step`."""
         reasons = [bb.why_not(tx, layout) for layout in bb.LAYOUTS]
         if None not in reasons:
@@ -87,6 +88,8 @@ class FusedStep:
         stacked = self.layout == bb.STACKED
         leaves, self._spec = tm.flatten(params)
         _check_leaves(leaves)
+        if validate:
+            _validate(tx, leaves)
         groups: dict[tuple[Any, ...], list[int]] = {}
         for index, leaf in enumerate(leaves):
             key = (leaf.dtype, leaf.device) + ((tuple(leaf.shape),) if stacked else ())
@@ -264,7 +267,8 @@ def _inductor_passes() -> types.ModuleType | None:
 
 
 def fused_step(tx: base.GradientTransformation, params: base.Params, *,
-               backend: str | None = "inductor", grads_as_views: bool = False) -> FusedStep:
+               backend: str | None = "inductor", grads_as_views: bool = False,
+               validate: bool = False) -> FusedStep:
     """Runs ``tx`` as a few compiled, in-place passes over packed parameter buffers.
 
     **The params are re-pointed** (as FSDP's flat parameters are): each leaf of ``params``
@@ -293,14 +297,17 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
     within Optax's own jit-vs-op-by-op rounding (reductions sum in another order).
 
     Args:
-      tx: a transformation declared elementwise, with global reductions, or per leaf (with
-        ``optax_compat._runtime.flat_safe``; ``chain``, ``named_chain``,
+      tx: a transformation declared elementwise, with global reductions, or per leaf (your own
+        with :mod:`optax_compat.capabilities`; ``chain``, ``named_chain``,
         ``inject_hyperparams``, ``apply_if_finite``, ... allow what their inner ones do).
       params: a tree (dict, list, tuple, ...) of tensors, re-pointed as described above.
       backend: the ``torch.compile`` backend (``"aot_eager"`` compiles faster, fuses nothing),
         or ``None`` to run eagerly: nothing compiles, and each op runs once per buffer or
         stack instead of once per leaf, allocating its result (as the pure path does).
       grads_as_views: set each leaf's ``.grad`` to its view of the gradient buffer.
+      validate: first test what ``tx`` declares, on small copies of the first leaves with
+        random gradients (:func:`optax_compat.testing.check_declarations`): a wrong
+        declaration raises here instead of giving wrong numbers. Skipped on the meta device.
 
     Returns:
       A :class:`FusedStep`: ``step(grads)`` applies one step in place and returns ``None``;
@@ -309,8 +316,9 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
 
     Raises:
       ValueError: if ``tx`` allows neither layout (naming the transformations that do not),
-        its update cannot run under ``vmap`` when it needs to, or ``params`` has leaves that
-        are not distinct floating-point tensors.
+        its update cannot run under ``vmap`` when it needs to, ``params`` has leaves that
+        are not distinct floating-point tensors, or (``validate=True``) a check of its
+        declarations fails.
 
     Examples:
       >>> import torch
@@ -321,7 +329,29 @@ def fused_step(tx: base.GradientTransformation, params: base.Params, *,
       >>> params["w"], params["b"]
       (tensor([ 0.9000, -2.1000]), tensor([0.3000]))
     """
-    return FusedStep(tx, params, backend=backend, grads_as_views=grads_as_views)
+    return FusedStep(tx, params, backend=backend, grads_as_views=grads_as_views,
+                     validate=validate)
+
+
+# The sample ``validate=True`` checks: the first leaves, each cut to a few elements per axis.
+VALIDATION_LEAVES, VALIDATION_EXTENT = 8, 3
+
+
+def _validate(tx: base.GradientTransformation, leaves: list[torch.Tensor]) -> None:
+    """Raises ``ValueError`` unless ``tx`` passes the checks of its declarations on a sample
+    of ``leaves`` (see :func:`fused_step`'s ``validate``)."""
+    if any(leaf.device.type == "meta" for leaf in leaves):
+        return
+    from optax_compat import testing  # the checks live with the testing toolkit
+
+    cut = tuple(slice(0, VALIDATION_EXTENT) for _ in range(max(leaf.dim() for leaf in leaves)))
+    sample = [leaf.detach()[cut[:leaf.dim()]].clone() for leaf in leaves[:VALIDATION_LEAVES]]
+    grads = [testing.seeded_randn(*leaf.shape, dtype=leaf.dtype, seed=number,
+                                  device=leaf.device) for number, leaf in enumerate(sample)]
+    try:
+        testing.check_declarations(tx, sample, grads)
+    except AssertionError as error:
+        raise ValueError(f"fused_step(validate=True): {error}") from None
 
 
 def _apply_step(tx: base.GradientTransformation,

@@ -233,7 +233,9 @@ def tolerates_none(update_fn: UpdateFn) -> UpdateFn:
     if capabilities_of(update_fn).tolerates_none:
         return update_fn
     wrapped = getattr(update_fn, _WRAPPER, None)
-    if wrapped is not None:  # one wrapper per function: pairs built from it compare equal
+    # One wrapper per function, so that pairs built from it compare equal (a copy of the
+    # function made with ``functools.update_wrapper`` carries the original's: not its own).
+    if wrapped is not None and wrapped.__wrapped__ is update_fn:
         return wrapped
 
     @functools.wraps(update_fn)

@@ -9,6 +9,10 @@ One comparison engine, used by this package's own test suite and by users:
   :func:`jit_optax` and :func:`state_signature` are their building blocks.
 * **Properties** that need only PyTorch: :func:`check_pure`, :func:`check_state_stable`,
   :func:`check_differentiable`, :func:`check_compilable`, :func:`assert_inplace_matches_pure`.
+* **Declarations** (:mod:`optax_compat.capabilities`), checked on data before a fast path
+  trusts them: :func:`check_elementwise`, :func:`check_global_reduction`,
+  :func:`check_per_leaf`, :func:`check_inplace`, and :func:`check_declarations`, which runs
+  those a transformation's declarations call for.
 * **Assertions** whose messages name the first offending path: :func:`assert_trees_all_close`,
   :func:`assert_leaves_close`, :func:`assert_tree_structure_equal`. Their tolerances follow
   the dtype of the values compared (:func:`.tolerance`): float32 values get float32's tolerance
@@ -39,6 +43,13 @@ from optax_compat.testing._asserts import (
     tolerance,
 )
 from optax_compat.testing._data import make_tree, random_tree, seeded_randint, seeded_randn
+from optax_compat.testing._declarations import (
+    check_declarations,
+    check_elementwise,
+    check_global_reduction,
+    check_inplace,
+    check_per_leaf,
+)
 from optax_compat.testing._optax_oracle import (
     assert_same_state_types,
     check_matches_optax,
@@ -70,8 +81,13 @@ __all__ = [
     "assert_tree_structure_equal",
     "assert_trees_all_close",
     "check_compilable",
+    "check_declarations",
     "check_differentiable",
+    "check_elementwise",
+    "check_global_reduction",
+    "check_inplace",
     "check_matches_optax",
+    "check_per_leaf",
     "check_pure",
     "check_state_stable",
     "compare_function_with_optax",

@@ -19,10 +19,13 @@ import functools
 import warnings
 
 import hypothesis
+import optree
 import pytest
+import torch
 
 import optax_compat
 from optax_compat import _runtime as bb
+from optax_compat import testing
 from optax_compat.testing import _hyperparameters, _transform_strategies
 
 CAPABILITIES = {
@@ -174,3 +177,49 @@ def test_declarations_merge_in_any_order_and_wrappers_carry_them():
         inplace=True, layouts={"flat": None, "stacked": None}, tolerates_none=True)
     with pytest.raises(TypeError):
         bb.declare(update, fast=True)
+
+
+# --- each declaration holds on data (optax_compat.testing.check_declarations) ------------------
+
+SHAPES = ((3, 4), (3, 4), (4,), (2, 3, 4))
+
+
+def _tree(*shapes, seed=0):
+    return {f"p{i}": testing.seeded_randn(*shape, seed=seed + i) for i, shape in enumerate(shapes)}
+
+
+def _grads(step, shapes=SHAPES):
+    return _tree(*shapes, seed=100 + 10 * step)
+
+
+def _quadratic(params):
+    return sum((p ** 2).sum() for p in optree.tree_leaves(params))
+
+
+# What some transformations need beyond params and gradients: their data, extra arguments.
+BATCHED = ((4, 3), (4, 2, 2))  # per-example gradients: a common batch axis
+MATRICES = ((3, 4), (4, 3), (3, 4))
+DATA = {
+    "contrib.dpsgd": (BATCHED, {}),
+    "contrib.muon": (MATRICES, {}),
+    "contrib.scale_by_muon": (MATRICES, {}),
+    "contrib.sophia": (SHAPES, {"obj_fn": _quadratic}),
+    "lbfgs": (SHAPES, lambda step: {"value": torch.tensor(1.0 + step), "grad": _grads(step),
+                                    "value_fn": _quadratic}),
+    "polyak_sgd": (SHAPES, {"value": torch.tensor(2.0)}),
+    "scale_by_polyak": (SHAPES, {"value": torch.tensor(2.0)}),
+}
+# What each row of the capability table is checked with on data (undeclared: nothing).
+EXPECTED_CHECKS = {"flat+stacked": ("check_elementwise",), "flat": ("check_global_reduction",),
+                   "stacked": ("check_per_leaf",), "none": (), "-": ()}
+
+
+@pytest.mark.parametrize("name", sorted(CAPABILITIES))
+def test_every_builtin_declaration_holds_on_data(name):
+    shapes, extra_args = DATA.get(name, (SHAPES, None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ran = testing.check_declarations(_simplest(name), _tree(*shapes),
+                                         lambda step: _grads(step, shapes), extra_args=extra_args)
+    inplace, layouts = CAPABILITIES[name].split()[:2]
+    assert ran == EXPECTED_CHECKS[layouts] + (("check_inplace",) if inplace == "inplace" else ())
