@@ -116,6 +116,7 @@ from bench_step import (
     update_inplace,
     whole_inplace_step,
 )
+from custom_optimizers import CUSTOM
 
 import optax_compat
 from optax_compat._runtime import inplace as bb_inplace
@@ -129,7 +130,8 @@ ALIASES = tuple(sorted(
                              inspect.getsource(optax_compat))
     for name in ",".join(blocks).split(",")
     if callable(getattr(optax_compat, name.strip(), None))))
-OPTIMIZERS = ALIASES + CONTRIB
+# Written by hand with the public API, as a user would (custom_optimizers.py), with JAX twins.
+OPTIMIZERS = ALIASES + CONTRIB + tuple(CUSTOM)
 IMPLEMENTATIONS = ("ours pure", "ours compiled", "ours in-place", "ours fused", "TorchOptimizer",
                    "TorchOptimizer fused", "torchopt_fn fused", "torch foreach", "torch fused",
                    "torchopt", "optax jit")
@@ -169,6 +171,10 @@ Shapes = list[tuple[int, int]]
 
 def make(module: Any, name: str) -> Any:
     """The optimizer ``name`` of ``module`` (``optax_compat``, ``optax`` or ``torchopt``)."""
+    if name in CUSTOM:
+        if module.__name__ not in ("optax_compat", "optax"):
+            raise AttributeError(f"{module.__name__} has no {name}")
+        return CUSTOM[name][module.__name__ == "optax"](LEARNING_RATE)
     owner = module.contrib if name in CONTRIB else module
     return getattr(owner, name)(LEARNING_RATE, **ARGUMENTS.get(name, {}))
 

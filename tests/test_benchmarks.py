@@ -110,3 +110,19 @@ def test_first_compile_times_each_implementations_first_call(monkeypatch) -> Non
         torch._dynamo.reset()
         seconds = bench_first_compile.first_call_seconds(implementation, 3, "eager")
         assert seconds > 0, implementation
+
+
+def test_the_custom_optimizer_notebook_shows_the_code_the_benchmark_times(monkeypatch) -> None:
+    """``bench_all.py --optimizers adam_atan2`` times the optimizer the notebook writes."""
+    import inspect
+
+    import nbformat
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import custom_optimizers
+
+    notebook = nbformat.read(ROOT / "notebooks" / "custom_optimizer.ipynb", as_version=4)
+    code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    for shown in (custom_optimizers.ScaleByAdamAtan2State, custom_optimizers.scale_by_adam_atan2,
+                  custom_optimizers.adam_atan2):
+        assert inspect.getsource(shown).rstrip() in code

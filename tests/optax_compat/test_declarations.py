@@ -312,3 +312,19 @@ def test_a_declared_custom_optimizer_runs_fused_with_its_pure_numbers(backend):
     unfused, fused = (optimizers[f].state_dict() for f in (False, True))
     testing.assert_leaves_close(optimizers[True].param_groups[0]["params"], pure_params)
     testing.assert_trees_all_close(fused["state"], unfused["state"])
+
+
+def test_declaring_a_built_transformation_in_place_reaches_its_update_behind_the_entry():
+    seen = []
+
+    def update(updates, state, params=None, *, inplace=False):
+        seen.append(inplace)
+        return updates, state
+
+    built = optax.GradientTransformationExtraArgs(optax.init_empty_state, update)
+    built.update(_grads(0), built.init(PARAMS), PARAMS, inplace=True)  # dropped at the entry
+    declared = capabilities.supports_inplace(built)
+    declared.update(_grads(0), declared.init(PARAMS), PARAMS, inplace=True)
+    assert seen == [False, True]
+    assert capabilities.capabilities_of(built).inplace is False
+    assert capabilities.capabilities_of(declared).inplace is True

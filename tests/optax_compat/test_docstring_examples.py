@@ -22,7 +22,8 @@ NAMESPACES = ["optax_compat", "optax_compat.tree_utils", "optax_compat.tree",
               "optax_compat.contrib", "optax_compat.projections", "optax_compat.second_order",
               "optax_compat.perturbations", "optax_compat.assignment",
               "optax_compat.microbatching", "optax_compat.experimental",
-              "optax_compat.experimental.aggregating", "optax_compat.testing"]
+              "optax_compat.experimental.aggregating", "optax_compat.testing",
+              "optax_compat.capabilities"]
 # Pages of the API reference whose functions and classes are optimizers, transformations,
 # combinators or schedules, and the sections of those pages that list types instead.
 EXAMPLE_PAGES = ["optax_compat/optimizers", "optax_compat/transformations",
