@@ -83,6 +83,8 @@ tests=(
     tests/optax_compat/test_compile.py
     tests/optax_compat/test_adam_engine.py
     tests/optax_compat/test_torch_optimizer.py
+    tests/optax_compat/test_torch_optimizer_fused.py
+    tests/optax_compat/test_declarations.py
     tests/test_torch_distributed.py
     tests/torchopt_fn/test_distributed.py
 )
