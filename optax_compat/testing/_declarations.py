@@ -22,7 +22,7 @@ from optax_compat._runtime.flat_safe import FLAT, STACKED, why_not
 from optax_compat._src import base
 from optax_compat._src.update import apply_updates
 from optax_compat.testing._asserts import assert_trees_all_close, leaves_with_paths
-from optax_compat.testing._properties import _Snapshot
+from optax_compat.testing._properties import Snapshot, checked_pure_update
 from optax_compat.testing._steps import ExtraArgsLike, GradsLike, extra_args_at, grads_at
 
 Leaves = list[torch.Tensor]
@@ -302,12 +302,9 @@ def check_inplace(tx: base.GradientTransformation, params: Any, grads: GradsLike
     for step in range(steps):
         grad, kwargs = grads_at(grads, step), extra_args_at(extra_args, step)
         during = f"update {step + 1}"
-        snapshots = [_Snapshot(grad, "updates"), _Snapshot(pure_state, "state"),
-                     _Snapshot(params, "params")]
-        pure_updates, new_pure_state = tx.update(grad, pure_state, params, **kwargs)
-        for taken in snapshots:
-            taken.assert_unchanged(f"The pure {during} (inplace=False)")
-        params_snapshot = _Snapshot(params, "params")
+        pure_updates, new_pure_state = checked_pure_update(
+            tx, grad, pure_state, params, kwargs, f"The pure {during} (inplace=False)")
+        params_snapshot = Snapshot(params, "params")
         handed_over = tree_math.tree_map(torch.clone, grad)
         try:
             updates, inplace_state = tx.update(handed_over, inplace_state, params, **kwargs,

@@ -33,7 +33,7 @@ from optax_compat.testing._steps import (
 )
 
 
-class _Snapshot:
+class Snapshot:
     """Remembers a tree's containers, leaf objects, tensor versions and values."""
 
     def __init__(self, tree: Any, what: str) -> None:
@@ -52,6 +52,17 @@ class _Snapshot:
         for path, leaf, version, values in self.records:
             if leaf._version != version or not _equal_with_nan(leaf, values):
                 raise AssertionError(f"{during} modified {self.what}{path} in place.")
+
+
+def checked_pure_update(tx: base.GradientTransformation, grad: Any, state: Any, params: Any,
+                        kwargs: dict[str, Any], during: str) -> tuple[Any, Any]:
+    """``tx.update(grad, state, params, **kwargs)``, checked to leave its three inputs as they
+    were (raising ``AssertionError`` that names ``during`` and the input modified)."""
+    snapshots = [Snapshot(grad, "updates"), Snapshot(state, "state"), Snapshot(params, "params")]
+    result = tx.update(grad, state, params, **kwargs)
+    for taken in snapshots:
+        taken.assert_unchanged(during)
+    return result
 
 
 def _equal_with_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -77,17 +88,13 @@ def check_pure(tx: base.GradientTransformation, params: Any, grads: GradsLike, s
       AssertionError: naming the call (``init``, ``update 1``, ...), the input and the path
         that was modified.
     """
-    snapshot = _Snapshot(params, "params")
+    snapshot = Snapshot(params, "params")
     state = tx.init(params)
     snapshot.assert_unchanged("init")
     for step in range(steps):
         grad, kwargs = grads_at(grads, step), extra_args_at(extra_args, step)
         during = f"update {step + 1}"
-        snapshots = [_Snapshot(grad, "updates"), _Snapshot(state, "state"),
-                     _Snapshot(params, "params")]
-        updates, new_state = tx.update(grad, state, params, **kwargs)
-        for taken in snapshots:
-            taken.assert_unchanged(during)
+        updates, new_state = checked_pure_update(tx, grad, state, params, kwargs, during)
         again_updates, again_state = tx.update(grad, state, params, **kwargs)
         assert_trees_all_close(again_updates, updates, rtol=0.0, atol=0.0,
                                what=f"a repeated {during}: updates")
