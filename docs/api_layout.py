@@ -19,7 +19,7 @@ NAMESPACES = [
     "optax_compat.projections", "optax_compat.second_order", "optax_compat.perturbations",
     "optax_compat.assignment", "optax_compat.microbatching", "optax_compat.experimental",
     "optax_compat.experimental.aggregating", "optax_compat.testing", "optax_compat.checkpoint",
-    "optax_compat.capabilities",
+    "optax_compat.capabilities", "optax_compat.memory",
     "optax_compat.porting", "optax_compat.distributed",
     "torchopt_fn", "torchopt_fn.accelerated_op", "torchopt_fn.alias", "torchopt_fn.base",
     "torchopt_fn.clip", "torchopt_fn.combine", "torchopt_fn.diff", "torchopt_fn.diff.implicit",
@@ -280,6 +280,12 @@ PAGES = [
         ("Distributed checkpoints (flat, name-keyed states for torch.distributed.checkpoint)", [
             "optax_compat.distributed.state_to_flat_dict",
             "optax_compat.distributed.state_from_flat_dict",
+        ]),
+        ("Optimizer memory: quantized and low-precision states and parameters (ours)", [
+            "optax_compat.memory.quantize_state", "optax_compat.memory.cast_state",
+            "optax_compat.memory.kahan_summation", "optax_compat.memory.apply_updates",
+            "optax_compat.memory.QuantizedState", "optax_compat.memory.CastState",
+            "optax_compat.memory.Cast", "optax_compat.memory.KahanSummationState",
         ]),
         ("Checkpoints", [
             "optax_compat.checkpoint.save", "optax_compat.checkpoint.load",

@@ -260,10 +260,10 @@ from optax_compat.losses import (
 )
 from optax_compat.microbatching import microbatch
 
-# Beyond Optax: any elementwise transformation as one compiled pass over flat buffers, and the
-# declarations that let your own transformations take that path.
+# Beyond Optax: any elementwise transformation as one compiled pass over flat buffers, the
+# declarations that let your own transformations take that path, and states in fewer bits.
 # isort: split
-from optax_compat import capabilities
+from optax_compat import capabilities, memory
 from optax_compat._runtime.fused import FusedStep, fused_step
 
 # Line searches and L-BFGS ------------------------------------------------------------------------

@@ -68,6 +68,21 @@ def normal_like(key: torch.Tensor, count: torch.Tensor, index: int,
     return _normals(_step_word(key, count), [index], [like])[0]
 
 
+def uniform_like(key: torch.Tensor, count: torch.Tensor, index: int,
+                 like: torch.Tensor) -> torch.Tensor:
+    """Uniform numbers in ``[0, 1)`` shaped like ``like``: float64 with 32 random bits when
+    ``like`` is float64, else float32 with 24. A pure function of its arguments, hashed as
+    :func:`normal_like`'s (another stream of the same key)."""
+    word = _hash32(_step_word(key, count) ^ 0x2545F491)
+    seed = _hash32(word ^ (2 * index))
+    positions = _hash32(torch.arange(like.numel(), dtype=torch.int64, device=like.device))
+    bits = _hash32(positions ^ seed)
+    if like.dtype == torch.float64:
+        return (bits.to(torch.float64) * _TWO_TO_MINUS_32).reshape(like.shape)
+    # float32 holds 24 bits exactly: more could round up to 1.
+    return ((bits >> 8).to(torch.float32) * 2.0 ** -24).reshape(like.shape)
+
+
 def normal_chunks(key: torch.Tensor, count: torch.Tensor,
                   likes: Sequence[torch.Tensor]) -> Iterator[tuple[slice, list[torch.Tensor]]]:
     """Standard normal noise for every leaf of ``likes`` (leaf ``i`` draws as

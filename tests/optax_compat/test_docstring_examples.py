@@ -23,7 +23,7 @@ NAMESPACES = ["optax_compat", "optax_compat.tree_utils", "optax_compat.tree",
               "optax_compat.perturbations", "optax_compat.assignment",
               "optax_compat.microbatching", "optax_compat.experimental",
               "optax_compat.experimental.aggregating", "optax_compat.testing",
-              "optax_compat.capabilities"]
+              "optax_compat.capabilities", "optax_compat.memory"]
 # Pages of the API reference whose functions and classes are optimizers, transformations,
 # combinators or schedules, and the sections of those pages that list types instead.
 EXAMPLE_PAGES = ["optax_compat/optimizers", "optax_compat/transformations",

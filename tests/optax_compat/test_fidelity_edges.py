@@ -217,11 +217,12 @@ def test_removed_name_and_public_names_are_optax_ones():
     public = lambda module: {n for n in dir(module) if not n.startswith("_")}
     # Only our switch, the porting helpers, ConditionFn (Optax keeps it in optax.transforms),
     # the PyTorch extensions (torch.optim adapter, checkpoints, the whole in-place step, fused
-    # steps and the declarations your own transformations take them with, distributed states)
+    # steps and the declarations your own transformations take them with, states in fewer bits,
+    # distributed states)
     # and the testing submodule (once imported) are extra.
     assert public(ox) - public(optax) - {"testing", "distributed"} == {
         "config", "porting", "ConditionFn", "TorchOptimizer", "torch_optimizer", "checkpoint",
-        "inplace_step", "fused_step", "FusedStep", "capabilities"}
+        "inplace_step", "fused_step", "FusedStep", "capabilities", "memory"}
     assert public(optax) - public(ox) == set()
     # Optax's tree_utils also lists the modules it imported (functools, typing).
     assert public(ox.tree_utils) ^ public(optax.tree_utils) == {"functools", "typing"}

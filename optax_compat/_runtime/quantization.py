@@ -1,0 +1,134 @@
+"""Storing state leaves in fewer bits: block-wise dynamic quantization and stochastic rounding.
+
+Block-wise quantization (Dettmers et al., *8-bit Optimizers via Block-wise Quantization*, ICLR
+2022; Li et al., *Memory Efficient Optimizers with 4-bit States*, NeurIPS 2023): a leaf is cut
+into blocks of ``block_size`` elements; each block is divided by its largest magnitude (its
+scale, kept in float32) and each element stored as the index of the nearest value of a code.
+
+The codes are *dynamic*: a value is ``10 ** -e * f`` with ``e`` counted by leading bits and the
+remaining bits spread ``f`` linearly over ``[0.1, 1)``, so that small values (most of a block,
+after division by its largest) keep relative precision. A block whose elements are all
+non-negative (a second moment) uses the unsigned code, one more bit of magnitude and no zero
+(Li et al.: rounding a second moment to zero makes the update explode); the others use the
+signed code, which has zero. The scale's sign says which: negative for the unsigned code.
+
+Stochastic rounding (:func:`stochastic_round`) rounds to one of the two neighbours in the
+target dtype with the probabilities that make it unbiased, from uniform numbers the caller
+gives (counter-based, :func:`~optax_compat._runtime.counter_random.uniform_like`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+
+#: Block sizes by bit width when none is given: scales cost 4 bytes per block, 1/64 and 1/32
+#: of a byte per element.
+DEFAULT_BLOCK_SIZE = {8: 256, 4: 128}
+BITS = tuple(DEFAULT_BLOCK_SIZE)
+
+
+class Quantized(NamedTuple):
+    """A tensor stored block-wise quantized.
+
+    Attributes:
+      codes: ``uint8``, one code per element (8 bits) or two per byte (4 bits, the first in
+        the high half), the elements padded to whole blocks.
+      scales: ``float32``, one per block: its largest magnitude, negative where the block uses
+        the unsigned code.
+      like: an empty tensor of shape ``(*shape, 0)`` and the original dtype, which says what
+        :func:`dequantize` gives back (it takes no memory).
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    like: torch.Tensor
+
+
+@functools.cache
+def _code(bits: int, signed: bool) -> tuple[float, ...]:
+    """The values of the dynamic code, ascending: ``2 ** bits`` of them in ``[-1, 1]``.
+
+    Magnitudes: for ``e = 0, ..., m - 1`` (``m`` the magnitude bits: ``bits - 1`` signed,
+    ``bits`` unsigned), the midpoints of ``2 ** (m - 1 - e)`` equal steps of ``[0.1, 1]`` times
+    ``10 ** -e``: ``2 ** m - 1`` of them, and ``1``. The signed code adds the midpoints'
+    negatives and zero; the unsigned code has no zero.
+    """
+    magnitude_bits = bits - 1 if signed else bits
+    midpoints = [10.0 ** -exponent * (0.1 + 0.9 * (i + 0.5) / 2 ** (magnitude_bits - 1 - exponent))
+                 for exponent in range(magnitude_bits)
+                 for i in range(2 ** (magnitude_bits - 1 - exponent))]
+    values = midpoints + [1.0] + ([0.0] + [-m for m in midpoints] if signed else [])
+    return tuple(sorted(values))
+
+
+def code(bits: int, signed: bool, device: torch.device | str | None = None) -> torch.Tensor:
+    """The dynamic code as a float32 tensor (see :func:`_code`)."""
+    return torch.tensor(_code(bits, signed), dtype=torch.float32, device=device)
+
+
+def _midpoints(values: torch.Tensor) -> torch.Tensor:
+    return (values[1:] + values[:-1]) / 2
+
+
+def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """``x`` flattened in float32, padded with zeros to whole blocks: ``(blocks, block_size)``."""
+    flat = x.reshape(-1).to(torch.float32)
+    padding = -flat.numel() % block_size
+    if padding:
+        flat = torch.cat([flat, flat.new_zeros(padding)])
+    return flat.view(-1, block_size)
+
+
+def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Quantized:
+    """``x`` stored block-wise quantized with the dynamic codes (nearest value)."""
+    block_size = block_size or DEFAULT_BLOCK_SIZE[bits]
+    blocks = _blocks(x, block_size)
+    largest = blocks.abs().amax(dim=1)
+    unsigned = blocks.amin(dim=1) >= 0
+    normalized = blocks / torch.where(largest > 0, largest, 1.0)[:, None]
+    indices = torch.where(
+        unsigned[:, None],
+        torch.bucketize(normalized, _midpoints(code(bits, False, x.device))),
+        torch.bucketize(normalized, _midpoints(code(bits, True, x.device)))).to(torch.uint8)
+    if bits == 4:
+        indices = (indices[:, 0::2] << 4) | indices[:, 1::2]
+    like = x.new_empty((*x.shape, 0))
+    return Quantized(indices.reshape(-1), torch.where(unsigned, -largest, largest), like)
+
+
+def dequantize(stored: Quantized, bits: int = 8, block_size: int | None = None
+               ) -> torch.Tensor:
+    """The tensor :func:`quantize` stored (shape and dtype of ``stored.like``)."""
+    block_size = block_size or DEFAULT_BLOCK_SIZE[bits]
+    indices = stored.codes.view(stored.scales.shape[0], -1)
+    if bits == 4:
+        indices = torch.stack([indices >> 4, indices & 15], dim=-1).view(indices.shape[0], -1)
+    indices = indices.to(torch.int64)
+    device = stored.codes.device
+    values = torch.where(torch.signbit(stored.scales)[:, None],
+                         code(bits, False, device)[indices], code(bits, True, device)[indices])
+    values = values * stored.scales.abs()[:, None]
+    shape = stored.like.shape[:-1]
+    return values.reshape(-1)[:shape.numel()].reshape(shape).to(stored.like.dtype)
+
+
+def stochastic_round(x: torch.Tensor, dtype: torch.dtype, uniform: torch.Tensor
+                     ) -> torch.Tensor:
+    """``x`` rounded to ``dtype`` up or down at random, unbiased: to the neighbour at distance
+    ``d`` of the two ``D`` apart with probability ``1 - d / D``.
+
+    Args:
+      x: the values, in a wider floating dtype.
+      dtype: the narrower floating dtype.
+      uniform: independent uniform numbers in ``[0, 1)`` shaped like ``x``.
+    """
+    nearest = x.to(dtype)
+    back = nearest.to(x.dtype)
+    beyond = torch.where(back > x, float("-inf"), float("inf")).to(dtype)
+    other = torch.nextafter(nearest, beyond)
+    # Non-finite values, and values already in ``dtype``, stay at ``nearest`` (NaN < p fails).
+    chance = (x - back).abs() / (other.to(x.dtype) - back).abs()
+    return torch.where(uniform.to(x.dtype) < chance, other, nearest)
