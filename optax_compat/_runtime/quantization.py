@@ -69,8 +69,15 @@ def code(bits: int, signed: bool, device: torch.device | str | None = None) -> t
     return torch.tensor(_code(bits, signed), dtype=torch.float32, device=device)
 
 
-def _midpoints(values: torch.Tensor) -> torch.Tensor:
-    return (values[1:] + values[:-1]) / 2
+@functools.cache
+def _tables(bits: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The signed code then the unsigned one, as one table of ``2 ** (bits + 1)`` values, and
+    the boundaries between its nearest values with the unsigned half moved up by 2: one
+    ``bucketize`` of a value (plus 2 in an unsigned block) gives its index in the table."""
+    signed, unsigned = code(bits, True, device), code(bits, False, device)
+    boundaries = torch.cat([(signed[1:] + signed[:-1]) / 2, torch.tensor([1.5], device=device),
+                            (unsigned[1:] + unsigned[:-1]) / 2 + 2.0])
+    return torch.cat([signed, unsigned]), boundaries
 
 
 def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -88,11 +95,11 @@ def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Q
     blocks = _blocks(x, block_size)
     largest = blocks.abs().amax(dim=1)
     unsigned = blocks.amin(dim=1) >= 0
-    normalized = blocks / torch.where(largest > 0, largest, 1.0)[:, None]
-    indices = torch.where(
-        unsigned[:, None],
-        torch.bucketize(normalized, _midpoints(code(bits, False, x.device))),
-        torch.bucketize(normalized, _midpoints(code(bits, True, x.device)))).to(torch.uint8)
+    shifted = blocks / torch.where(largest > 0, largest, 1.0)[:, None] + torch.where(
+        unsigned, 2.0, 0.0)[:, None]
+    indices = torch.bucketize(shifted, _tables(bits, x.device)[1]) - torch.where(
+        unsigned, 2 ** bits, 0)[:, None]
+    indices = indices.to(torch.uint8)
     if bits == 4:
         indices = (indices[:, 0::2] << 4) | indices[:, 1::2]
     like = x.new_empty((*x.shape, 0))
@@ -106,11 +113,9 @@ def dequantize(stored: Quantized, bits: int = 8, block_size: int | None = None
     indices = stored.codes.view(stored.scales.shape[0], -1)
     if bits == 4:
         indices = torch.stack([indices >> 4, indices & 15], dim=-1).view(indices.shape[0], -1)
-    indices = indices.to(torch.int64)
-    device = stored.codes.device
-    values = torch.where(torch.signbit(stored.scales)[:, None],
-                         code(bits, False, device)[indices], code(bits, True, device)[indices])
-    values = values * stored.scales.abs()[:, None]
+    unsigned = torch.signbit(stored.scales)[:, None]
+    indices = indices.to(torch.int64) + torch.where(unsigned, 2 ** bits, 0)
+    values = _tables(bits, stored.codes.device)[0][indices] * stored.scales.abs()[:, None]
     shape = stored.like.shape[:-1]
     return values.reshape(-1)[:shape.numel()].reshape(shape).to(stored.like.dtype)
 
