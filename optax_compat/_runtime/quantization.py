@@ -19,7 +19,7 @@ gives (counter-based, :func:`~optax_compat._runtime.counter_random.uniform_like`
 
 from __future__ import annotations
 
-import functools
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -47,8 +47,7 @@ class Quantized(NamedTuple):
     like: torch.Tensor
 
 
-@functools.cache
-def _code(bits: int, signed: bool) -> tuple[float, ...]:
+def _dynamic_code(bits: int, signed: bool) -> tuple[float, ...]:
     """The values of the dynamic code, ascending: ``2 ** bits`` of them in ``[-1, 1]``.
 
     Magnitudes: for ``e = 0, ..., m - 1`` (``m`` the magnitude bits: ``bits - 1`` signed,
@@ -64,20 +63,24 @@ def _code(bits: int, signed: bool) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
+def _nearest_boundaries(bits: int) -> tuple[float, ...]:
+    """The midpoints between neighbouring values of the signed code, 1.5, and those of the
+    unsigned code plus 2: ascending, so that one ``bucketize`` of a value of a signed block, or
+    of a value plus 2 of an unsigned one, finds its nearest value in :data:`_TABLES`."""
+    signed, unsigned = _CODES[bits, True], _CODES[bits, False]
+    return (*((a + b) / 2 for a, b in itertools.pairwise(signed)), 1.5,
+            *((a + b) / 2 + 2.0 for a, b in itertools.pairwise(unsigned)))
+
+
+# Plain tuples, built at import: constants under torch.compile.
+_CODES = {(bits, signed): _dynamic_code(bits, signed) for bits in BITS for signed in (True, False)}
+_TABLES = {bits: _CODES[bits, True] + _CODES[bits, False] for bits in BITS}
+_BOUNDARIES = {bits: _nearest_boundaries(bits) for bits in BITS}
+
+
 def code(bits: int, signed: bool, device: torch.device | str | None = None) -> torch.Tensor:
-    """The dynamic code as a float32 tensor (see :func:`_code`)."""
-    return torch.tensor(_code(bits, signed), dtype=torch.float32, device=device)
-
-
-@functools.cache
-def _tables(bits: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The signed code then the unsigned one, as one table of ``2 ** (bits + 1)`` values, and
-    the boundaries between its nearest values with the unsigned half moved up by 2: one
-    ``bucketize`` of a value (plus 2 in an unsigned block) gives its index in the table."""
-    signed, unsigned = code(bits, True, device), code(bits, False, device)
-    boundaries = torch.cat([(signed[1:] + signed[:-1]) / 2, torch.tensor([1.5], device=device),
-                            (unsigned[1:] + unsigned[:-1]) / 2 + 2.0])
-    return torch.cat([signed, unsigned]), boundaries
+    """The dynamic code as a float32 tensor (see :func:`_dynamic_code`)."""
+    return torch.tensor(_CODES[bits, signed], dtype=torch.float32, device=device)
 
 
 def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -97,7 +100,8 @@ def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Q
     unsigned = blocks.amin(dim=1) >= 0
     shifted = blocks / torch.where(largest > 0, largest, 1.0)[:, None] + torch.where(
         unsigned, 2.0, 0.0)[:, None]
-    indices = torch.bucketize(shifted, _tables(bits, x.device)[1]) - torch.where(
+    boundaries = torch.tensor(_BOUNDARIES[bits], dtype=torch.float32, device=x.device)
+    indices = torch.bucketize(shifted, boundaries) - torch.where(
         unsigned, 2 ** bits, 0)[:, None]
     indices = indices.to(torch.uint8)
     if bits == 4:
@@ -115,7 +119,8 @@ def dequantize(stored: Quantized, bits: int = 8, block_size: int | None = None
         indices = torch.stack([indices >> 4, indices & 15], dim=-1).view(indices.shape[0], -1)
     unsigned = torch.signbit(stored.scales)[:, None]
     indices = indices.to(torch.int64) + torch.where(unsigned, 2 ** bits, 0)
-    values = _tables(bits, stored.codes.device)[0][indices] * stored.scales.abs()[:, None]
+    table = torch.tensor(_TABLES[bits], dtype=torch.float32, device=stored.codes.device)
+    values = table[indices] * stored.scales.abs()[:, None]
     shape = stored.like.shape[:-1]
     return values.reshape(-1)[:shape.numel()].reshape(shape).to(stored.like.dtype)
 

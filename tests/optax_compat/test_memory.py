@@ -330,3 +330,18 @@ def test_bad_arguments_are_refused():
         memory.quantize_state(optax.adam(1e-3), bits=4, block_size=5)
     with pytest.raises(ValueError, match="floating dtype"):
         memory.cast_state(optax.adam(1e-3), torch.int8)
+
+
+def test_the_wrappers_declarations_hold_on_data():
+    bf16 = optree.tree_map(lambda p: p.to(torch.bfloat16), _params())
+    checks = {
+        "quantize_state": (memory.quantize_state(optax.adamw(1e-2), min_size=100), _params()),
+        "cast_state": (memory.cast_state(optax.adamw(1e-2), torch.bfloat16,
+                                         stochastic_rounding=False), _params()),
+        "kahan_summation": (optax.chain(optax.scale(-1e-2), memory.kahan_summation()), bf16),
+    }
+    ran = {name: testing.check_declarations(tx, params, lambda step, params=params: optree.tree_map(
+        lambda p: testing.seeded_randn(*p.shape, seed=step).to(p.dtype), params))
+        for name, (tx, params) in checks.items()}
+    assert ran == {"quantize_state": ("check_per_leaf",), "cast_state": ("check_elementwise",),
+                   "kahan_summation": ("check_elementwise", "check_inplace")}

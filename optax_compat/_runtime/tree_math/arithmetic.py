@@ -46,6 +46,7 @@ Scalar = Union[float, int, torch.Tensor]
 ScalarOrLeaves = Union[Scalar, Sequence[torch.Tensor]]
 
 _OWN_PRECISION_DTYPES = frozenset({torch.float32, torch.float64})
+_REDUCED_PRECISION_DTYPES = frozenset({torch.bfloat16, torch.float16})
 # ``dtype.to_real()``, which Dynamo cannot trace.
 _REAL_OF_COMPLEX = {torch.complex32: torch.float16, torch.complex64: torch.float32,
                     torch.complex128: torch.float64}
@@ -134,12 +135,30 @@ def _operand(scalar: ScalarOrLeaves, xs: Leaves, tensor_scalar: bool = False) ->
     so they get the list form too.
     """
     if not isinstance(scalar, torch.Tensor):
+        scalar = _weak_scalar(scalar, xs)
         return _cpu_tensor_scalar(scalar, xs) if tensor_scalar else scalar
     if 0 in attributes("ndim", xs) and any(x.ndim == 0 and x.dtype != scalar.dtype for x in xs):
         return [scalar.to(x.dtype) for x in xs]
     if scalar.requires_grad or not tensor_scalar:
         return [scalar] * len(xs)
     return scalar
+
+
+def _weak_scalar(scalar: Any, xs: Leaves) -> Any:
+    """A Python float as JAX computes with it beside bfloat16 or float16 leaves: rounded to
+    their dtype first (a weakly typed scalar takes the array's dtype).
+
+    torch's in-place foreach kernels round it so and its out-of-place ones do not, so without
+    this the pure and the in-place paths of one transformation differ by an ulp of such leaves.
+    """
+    if type(scalar) is not float:
+        return scalar
+    dtypes = attributes("dtype", xs)
+    if not set(dtypes) & _REDUCED_PRECISION_DTYPES:
+        return scalar
+    rounded = [float(torch.tensor(scalar, dtype=dtype)) if dtype in _REDUCED_PRECISION_DTYPES
+               else scalar for dtype in dtypes]
+    return rounded[0] if len(set(rounded)) == 1 else rounded
 
 
 def _cpu_tensor_scalar(scalar: Any, xs: Leaves) -> Any:
