@@ -19,7 +19,6 @@ gives (counter-based, :func:`~optax_compat._runtime.counter_random.uniform_like`
 
 from __future__ import annotations
 
-import itertools
 from typing import NamedTuple
 
 import torch
@@ -63,19 +62,9 @@ def _dynamic_code(bits: int, signed: bool) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
-def _nearest_boundaries(bits: int) -> tuple[float, ...]:
-    """The midpoints between neighbouring values of the signed code, 1.5, and those of the
-    unsigned code plus 2: ascending, so that one ``bucketize`` of a value of a signed block, or
-    of a value plus 2 of an unsigned one, finds its nearest value in :data:`_TABLES`."""
-    signed, unsigned = _CODES[bits, True], _CODES[bits, False]
-    return (*((a + b) / 2 for a, b in itertools.pairwise(signed)), 1.5,
-            *((a + b) / 2 + 2.0 for a, b in itertools.pairwise(unsigned)))
-
-
 # Plain tuples, built at import: constants under torch.compile.
 _CODES = {(bits, signed): _dynamic_code(bits, signed) for bits in BITS for signed in (True, False)}
 _TABLES = {bits: _CODES[bits, True] + _CODES[bits, False] for bits in BITS}
-_BOUNDARIES = {bits: _nearest_boundaries(bits) for bits in BITS}
 
 
 def code(bits: int, signed: bool, device: torch.device | str | None = None) -> torch.Tensor:
@@ -92,16 +81,45 @@ def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
     return flat.view(-1, block_size)
 
 
+def _nearest(v: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.Tensor:
+    """The index in :data:`_TABLES` of the value nearest to each ``v`` in ``[-1, 1]`` of the
+    unsigned code where ``unsigned``, else of the signed one.
+
+    Found arithmetically, elementwise (a binary search such as ``torch.bucketize`` does not
+    vectorize): the decimal exponent ``e`` by comparisons, the step within it by rounding,
+    which gives the magnitude's rank ``k`` among the code's (the ``n - 1`` values of smaller
+    exponents come first); then the neighbours on either side are compared, since the nearest
+    value of two adjacent exponents may lie across their boundary.
+    """
+    table = torch.tensor(_TABLES[bits], dtype=torch.float32, device=v.device)
+    magnitude = torch.nan_to_num(v.abs(), nan=0.0)  # a NaN's block is NaN whatever the index
+    last_exponent = torch.where(unsigned, float(bits - 1), float(bits - 2))
+    exponent = torch.minimum(sum((magnitude < 10.0 ** -k).to(torch.float32)
+                                 for k in range(1, bits)), last_exponent)
+    steps = torch.exp2(last_exponent - exponent)
+    step = ((magnitude * torch.pow(10.0, exponent) - 0.1) * (steps / 0.9) - 0.5).round()
+    rank = steps - 1 + torch.minimum(step.clamp_min(0), steps - 1)
+    zero = 2 ** (bits - 1) - 1  # zero's index in the signed code
+    index = torch.where(unsigned, 2 ** bits + rank,
+                        torch.where(v < 0, zero - 1 - rank, zero + 1 + rank)).to(torch.int64)
+    low = torch.where(unsigned, 2 ** bits, 0)
+    best, error = index, (table[index] - v).abs()
+    for offset in (-1, 1):
+        other = torch.minimum(torch.maximum(index + offset, low), low + 2 ** bits - 1)
+        other_error = (table[other] - v).abs()
+        closer = other_error < error
+        best, error = torch.where(closer, other, best), torch.where(closer, other_error, error)
+    return best
+
+
 def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Quantized:
     """``x`` stored block-wise quantized with the dynamic codes (nearest value)."""
     block_size = block_size or DEFAULT_BLOCK_SIZE[bits]
     blocks = _blocks(x, block_size)
     largest = blocks.abs().amax(dim=1)
     unsigned = blocks.amin(dim=1) >= 0
-    shifted = blocks / torch.where(largest > 0, largest, 1.0)[:, None] + torch.where(
-        unsigned, 2.0, 0.0)[:, None]
-    boundaries = torch.tensor(_BOUNDARIES[bits], dtype=torch.float32, device=x.device)
-    indices = torch.bucketize(shifted, boundaries) - torch.where(
+    normalized = blocks / torch.where(largest > 0, largest, 1.0)[:, None]
+    indices = _nearest(normalized, unsigned[:, None], bits) - torch.where(
         unsigned, 2 ** bits, 0)[:, None]
     indices = indices.to(torch.uint8)
     if bits == 4:
