@@ -230,8 +230,11 @@ def cast_state(tx: base.GradientTransformation, dtype: torch.dtype, *,
         def store(x: torch.Tensor, index: int) -> Cast:
             if not stochastic_rounding or x.dtype == dtype:
                 return store_nearest(x, index)
-            uniform = counter_random.uniform_like(state.key, count, index, x)
-            return Cast(quantization.stochastic_round(x, dtype, uniform), x.new_empty((0,)))
+            def rounded(local: torch.Tensor) -> torch.Tensor:
+                uniform = counter_random.uniform_like(state.key, count, index, local)
+                return quantization.stochastic_round(local, dtype, uniform)
+
+            return Cast(quantization.on_local_shard(x, rounded), x.new_empty((0,)))
 
         return new_updates, CastState(_stored(new_inner, store, chosen), count, state.key)
 

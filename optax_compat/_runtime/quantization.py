@@ -19,9 +19,12 @@ gives (counter-based, :func:`~optax_compat._runtime.counter_random.uniform_like`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+
+from optax_compat._runtime.tree_math.distributed import is_distributed
 
 #: Block sizes by bit width when none is given: scales cost 4 bytes per block, 1/64 and 1/32
 #: of a byte per element.
@@ -112,8 +115,32 @@ def _nearest(v: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.Tensor
     return best
 
 
+def sharded_like(x: torch.Tensor, local: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``local``, this rank's shard of a tensor of ``shape`` placed as the DTensor ``x`` is."""
+    dtensor = type(x)
+    stride = torch.empty(shape, device="meta").stride()
+    return dtensor.from_local(local, x.device_mesh, x.placements, run_check=False, shape=shape,
+                              stride=stride)
+
+
+def on_local_shard(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]
+                   ) -> torch.Tensor:
+    """``fn(x)``; for a DTensor (an FSDP2 shard), ``fn`` of this rank's shard, placed as ``x``
+    is: each rank computes on its own elements, with no communication."""
+    if not is_distributed([x]):
+        return fn(x)
+    return sharded_like(x, fn(x.to_local()), tuple(x.shape))
+
+
 def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Quantized:
-    """``x`` stored block-wise quantized with the dynamic codes (nearest value)."""
+    """``x`` stored block-wise quantized with the dynamic codes (nearest value).
+
+    A DTensor is quantized shard by shard: each rank keeps the codes and scales of its own
+    elements, and ``like`` is a DTensor placed as ``x`` is.
+    """
+    if is_distributed([x]):
+        local = quantize(x.to_local(), bits, block_size)
+        return local._replace(like=sharded_like(x, local.like, (*x.shape, 0)))
     block_size = block_size or DEFAULT_BLOCK_SIZE[bits]
     blocks = _blocks(x, block_size)
     largest = blocks.abs().amax(dim=1)
@@ -130,7 +157,11 @@ def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Q
 
 def dequantize(stored: Quantized, bits: int = 8, block_size: int | None = None
                ) -> torch.Tensor:
-    """The tensor :func:`quantize` stored (shape and dtype of ``stored.like``)."""
+    """The tensor :func:`quantize` stored (shape and dtype of ``stored.like``; a DTensor
+    placed as ``like`` is, for a DTensor ``like``)."""
+    if is_distributed([stored.like]):
+        local = dequantize(stored._replace(like=stored.like.to_local()), bits, block_size)
+        return sharded_like(stored.like, local, tuple(stored.like.shape[:-1]))
     block_size = block_size or DEFAULT_BLOCK_SIZE[bits]
     indices = stored.codes.view(stored.scales.shape[0], -1)
     if bits == 4:

@@ -31,11 +31,11 @@ def _grads(step):
                            _params())
 
 
-def _run(tx, steps=4, params=None):
+def _run(tx, steps=4, params=None, grads=_grads):
     params = _params() if params is None else params
     state = tx.init(params)
     for step in range(steps):
-        updates, state = tx.update(_grads(step), state, params)
+        updates, state = tx.update(grads(step), state, params)
         params = optax.apply_updates(params, updates)
     return params, state
 
@@ -345,3 +345,30 @@ def test_the_wrappers_declarations_hold_on_data():
         for name, (tx, params) in checks.items()}
     assert ran == {"quantize_state": ("check_per_leaf",), "cast_state": ("check_elementwise",),
                    "kahan_summation": ("check_elementwise", "check_inplace")}
+
+
+def test_dtensor_leaves_are_stored_shard_by_shard():
+    import datetime
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        plain = _params()
+        def shard(tree):
+            return optree.tree_map(lambda p: distribute_tensor(p, mesh, [Shard(0)]), tree)
+
+        sharded = shard(plain)
+        for wrapper in ("8-bit", "4-bit", "bf16"):
+            params, state = _run(WRAPPERS[wrapper](optax.adamw(1e-2)), params=sharded,
+                                 grads=lambda step: shard(_grads(step)))
+            reference, _ = _run(WRAPPERS[wrapper](optax.adamw(1e-2)), params=plain)
+            assert isinstance(params["w"], type(sharded["w"]))
+            testing.assert_trees_all_close(optree.tree_map(lambda p: p.full_tensor(), params),
+                                           reference)
+            assert any(isinstance(x, type(sharded["w"])) for x in optree.tree_leaves(state))
+    finally:
+        dist.destroy_process_group()
