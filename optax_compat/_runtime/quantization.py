@@ -65,54 +65,123 @@ def _dynamic_code(bits: int, signed: bool) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
-# Plain tuples, built at import: constants under torch.compile.
+# Plain tuples and floats, built at import: constants under torch.compile.
 _CODES = {(bits, signed): _dynamic_code(bits, signed) for bits in BITS for signed in (True, False)}
-_TABLES = {bits: _CODES[bits, True] + _CODES[bits, False] for bits in BITS}
 
 
-def code(bits: int, signed: bool, device: torch.device | str | None = None) -> torch.Tensor:
-    """The dynamic code as a float32 tensor (see :func:`_dynamic_code`)."""
-    return torch.tensor(_CODES[bits, signed], dtype=torch.float32, device=device)
+def _halfway_to_one(bits: int, signed: bool) -> float:
+    """Above this magnitude the nearest value is ``1``: halfway from the largest midpoint."""
+    return (_CODES[bits, signed][-2] + 1.0) / 2
+
+
+def _decoding_steps(bits: int) -> tuple[tuple[float, float], ...]:
+    """For ``j = 0, ..., bits``: ``(offset, slope)`` such that the unsigned code's value of
+    rank ``R - 1``, for ``2 ** j <= R < 2 ** (j + 1)``, is ``offset + slope * R``."""
+    steps = []
+    for j in range(bits):
+        power, count = 10.0 ** -(bits - 1 - j), 2 ** j  # exponent bits - 1 - j has 2 ** j values
+        slope = power * 0.9 / count
+        steps.append((power * 0.1 + slope * (0.5 - count), slope))
+    return (*steps, (1.0, 0.0))
+
+
+_DECODING = {bits: _decoding_steps(bits) for bits in BITS}
+_HALFWAY = {(bits, signed): _halfway_to_one(bits, signed) for bits, signed in _CODES}
 
 
 def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
-    """``x`` flattened in float32, padded with zeros to whole blocks: ``(blocks, block_size)``."""
-    flat = x.reshape(-1).to(torch.float32)
-    padding = -flat.numel() % block_size
-    if padding:
-        flat = torch.cat([flat, flat.new_zeros(padding)])
-    return flat.view(-1, block_size)
+    """``x`` flattened in float32, padded with zeros to whole blocks: ``(blocks, block_size)``.
 
-
-def _nearest(v: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.Tensor:
-    """The index in :data:`_TABLES` of the value nearest to each ``v`` in ``[-1, 1]`` of the
-    unsigned code where ``unsigned``, else of the signed one.
-
-    Found arithmetically, elementwise (a binary search such as ``torch.bucketize`` does not
-    vectorize): the decimal exponent ``e`` by comparisons, the step within it by rounding,
-    which gives the magnitude's rank ``k`` among the code's (the ``n - 1`` values of smaller
-    exponents come first); then the neighbours on either side are compared, since the nearest
-    value of two adjacent exponents may lie across their boundary.
+    Always a new tensor, made by concatenation (even of no padding). Compiled, this gives the
+    values their own buffer in block order, which the passes over blocks read in order.
+    Inlined through the reshape instead, each element's index in ``x``'s shape is computed
+    with divisions, and Inductor's loops do not vectorize (10x slower); a padding op would
+    mask every load.
     """
-    table = torch.tensor(_TABLES[bits], dtype=torch.float32, device=v.device)
-    magnitude = torch.nan_to_num(v.abs(), nan=0.0)  # a NaN's block is NaN whatever the index
-    last_exponent = torch.where(unsigned, float(bits - 1), float(bits - 2))
-    exponent = torch.minimum(sum((magnitude < 10.0 ** -k).to(torch.float32)
-                                 for k in range(1, bits)), last_exponent)
-    steps = torch.exp2(last_exponent - exponent)
-    step = ((magnitude * torch.pow(10.0, exponent) - 0.1) * (steps / 0.9) - 0.5).round()
-    rank = steps - 1 + torch.minimum(step.clamp_min(0), steps - 1)
-    zero = 2 ** (bits - 1) - 1  # zero's index in the signed code
-    index = torch.where(unsigned, 2 ** bits + rank,
-                        torch.where(v < 0, zero - 1 - rank, zero + 1 + rank)).to(torch.int64)
-    low = torch.where(unsigned, 2 ** bits, 0)
-    best, error = index, (table[index] - v).abs()
-    for offset in (-1, 1):
-        other = torch.minimum(torch.maximum(index + offset, low), low + 2 ** bits - 1)
-        other_error = (table[other] - v).abs()
-        closer = other_error < error
-        best, error = torch.where(closer, other, best), torch.where(closer, other_error, error)
-    return best
+    flat = x.reshape(-1).to(torch.float32)
+    return torch.cat([flat, flat.new_zeros(-flat.numel() % block_size)]).view(-1, block_size)
+
+
+def _unblocked(values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``values`` in blocks, unpadded and reshaped to ``shape``: a new tensor, for the reason
+    :func:`_blocks` gives (a concatenation, sliced)."""
+    flat = torch.cat([values.reshape(-1), values.new_zeros(1)])
+    return flat[:shape.numel()].reshape(shape)
+
+
+def _encode(v: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.Tensor:
+    """The index of the value nearest to each ``v`` in ``[-1, 1]`` in the unsigned code where
+    ``unsigned``, else in the signed one, as a float.
+
+    Computed elementwise with comparisons and selects only, which vectorize (a table lookup or
+    a binary search does not). The magnitude's decimal exponent ``e`` is counted against
+    ``10 ** -k``; within it the values are evenly spaced, so rounding ``f``, the position on
+    that grid, gives the step ``i`` and the rank ``steps(e) - 1 + i`` among the code's
+    magnitudes. The largest value of the next smaller exponent lies at ``f = -0.6`` (the grids
+    halve their step count from one exponent to the next), so below ``f = -0.3`` it is the
+    nearest: rank minus one. ``1``, zero and the signed code's negatives (one fewer than its
+    positives, so none is ``-1``) are selected last.
+    """
+    magnitude = v.abs()
+    power, steps = torch.ones_like(magnitude), torch.full_like(magnitude, 2.0 ** (bits - 2))
+    for k in range(1, bits):
+        below = magnitude < 10.0 ** -k
+        if k == bits - 1:  # only the unsigned code, with its extra bit, reaches this exponent
+            below = below & unsigned
+        power = torch.where(below, 10.0 ** k, power)
+        steps = torch.where(below, 2.0 ** (bits - 2 - k), steps)
+    steps = steps * torch.where(unsigned, 2.0, 1.0)
+    position = (magnitude * power - 0.1) * (steps * (1 / 0.9)) - 0.5
+    step = torch.where(position < -0.3, -1.0, torch.minimum(position.round(), steps - 1))
+    halfway = torch.where(unsigned, _HALFWAY[bits, False], _HALFWAY[bits, True])
+    zero = 2.0 ** (bits - 1) - 1  # zero's index in the signed code, its positives above it
+    negative = v < 0
+    top = torch.where(unsigned, 2.0 ** bits - 1, torch.where(negative, zero - 1, zero))
+    rank = torch.where(magnitude > halfway, top, steps - 1 + step).clamp_min(0)
+    # One expression of ``rank`` (it compiles to one pass): the unsigned code counts up from
+    # 0, the signed one away from zero on either side.
+    first = torch.where(unsigned, 0.0, torch.where(negative, zero - 1, zero + 1))
+    index = first + torch.where(unsigned | ~negative, 1.0, -1.0) * rank
+    tiny = magnitude < _CODES[bits, True][2 ** (bits - 1)] / 2  # nearer zero than any other
+    return torch.where(tiny & ~unsigned, zero, index)
+
+
+def _decode(indices: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.Tensor:
+    """The code values of ``indices`` (floats) in the unsigned code where ``unsigned``, else in
+    the signed one: the inverse of :func:`_encode`, with selects only.
+
+    With ``R`` one more than the magnitude's rank (``0`` for zero), the unsigned code's values
+    for ``2 ** j <= R < 2 ** (j + 1)`` are affine in ``R``; the signed code's are ten times
+    those (its exponents start one lower), but for its largest rank, ``1``.
+    """
+    zero = 2.0 ** (bits - 1) - 1
+    rank = torch.where(unsigned, indices + 1, (indices - zero).abs())
+    offset, slope = torch.zeros_like(rank), torch.zeros_like(rank)
+    for j, (step_offset, step_slope) in enumerate(_DECODING[bits]):
+        reached = rank >= 2.0 ** j
+        offset = torch.where(reached, step_offset, offset)
+        slope = torch.where(reached, step_slope, slope)
+    value = (offset + slope * rank) * torch.where(unsigned, 1.0, 10.0)
+    value = torch.where(unsigned | (rank < 2.0 ** (bits - 1)), value, 1.0)
+    return torch.where(unsigned | (indices >= zero), value, -value)
+
+
+def _decoded_table(bits: int) -> tuple[float, ...]:
+    """:func:`_decode` of every index, the signed code's then the unsigned code's."""
+    indices = torch.arange(2 ** bits, dtype=torch.float32).repeat(2)
+    unsigned = torch.arange(2 ** (bits + 1)) >= 2 ** bits
+    return tuple(_decode(indices, unsigned, bits).tolist())
+
+
+#: The values :func:`dequantize` gives, by index (float32): read from here eagerly, where a
+#: lookup is one pass, computed by :func:`_decode` under ``torch.compile``, where it fuses.
+_TABLES = {bits: _decoded_table(bits) for bits in BITS}
+
+
+def code(bits: int, signed: bool, device: torch.device | str | None = None) -> torch.Tensor:
+    """The dynamic code's values as :func:`dequantize` gives them (float32, ascending)."""
+    values = _TABLES[bits][2 ** bits:] if not signed else _TABLES[bits][:2 ** bits]
+    return torch.tensor(values, dtype=torch.float32, device=device)
 
 
 def sharded_like(x: torch.Tensor, local: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
@@ -145,10 +214,8 @@ def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Q
     blocks = _blocks(x, block_size)
     largest = blocks.abs().amax(dim=1)
     unsigned = blocks.amin(dim=1) >= 0
-    normalized = blocks / torch.where(largest > 0, largest, 1.0)[:, None]
-    indices = _nearest(normalized, unsigned[:, None], bits) - torch.where(
-        unsigned, 2 ** bits, 0)[:, None]
-    indices = indices.to(torch.uint8)
+    normalized = blocks * (1 / torch.where(largest > 0, largest, 1.0))[:, None]
+    indices = _encode(normalized, unsigned[:, None], bits).to(torch.uint8)
     if bits == 4:
         indices = (indices[:, 0::2] << 4) | indices[:, 1::2]
     like = x.new_empty((*x.shape, 0))
@@ -167,11 +234,13 @@ def dequantize(stored: Quantized, bits: int = 8, block_size: int | None = None
     if bits == 4:
         indices = torch.stack([indices >> 4, indices & 15], dim=-1).view(indices.shape[0], -1)
     unsigned = torch.signbit(stored.scales)[:, None]
-    indices = indices.to(torch.int64) + torch.where(unsigned, 2 ** bits, 0)
-    table = torch.tensor(_TABLES[bits], dtype=torch.float32, device=stored.codes.device)
-    values = table[indices] * stored.scales.abs()[:, None]
-    shape = stored.like.shape[:-1]
-    return values.reshape(-1)[:shape.numel()].reshape(shape).to(stored.like.dtype)
+    if torch.compiler.is_compiling():
+        values = _decode(indices.to(torch.float32), unsigned, bits)
+    else:
+        table = torch.tensor(_TABLES[bits], dtype=torch.float32, device=indices.device)
+        values = table[indices.to(torch.int64) + torch.where(unsigned, 2 ** bits, 0)]
+    values = values * stored.scales.abs()[:, None]
+    return _unblocked(values, stored.like.shape[:-1]).to(stored.like.dtype)
 
 
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype, uniform: torch.Tensor

@@ -86,6 +86,48 @@ def test_round_trip_error_is_at_most_half_a_quantization_step_of_each_block(
     assert torch.all(error <= bound.reshape(-1)[:size] * (1 + 1e-5) + 1e-30 * scale)
 
 
+def _hard_values(code):
+    """Random values of every decade, the code's own values, the midpoints between them and
+    each midpoint's float32 neighbours: where a nearest-value search can go wrong."""
+    midpoints = (code[1:] + code[:-1]) / 2
+    decades = (testing.seeded_randn(4000, seed=1).clamp(-1, 1)
+               * 10 ** -(torch.arange(4000) % 9).float())
+    return torch.cat([decades, code, midpoints, torch.nextafter(midpoints, torch.tensor(2.0)),
+                      torch.nextafter(midpoints, torch.tensor(-2.0))]).clamp(code[0], code[-1])
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_encoder_picks_the_nearest_value_of_the_code(bits, signed):
+    code = quantization.code(bits, signed)
+    values = _hard_values(code)
+    unsigned = torch.full_like(values, not signed, dtype=torch.bool)
+    chosen = quantization._encode(values, unsigned, bits).long()
+    assert chosen.min() >= 0 and chosen.max() < 2 ** bits
+    error = (code[chosen] - values).abs()
+    best = (code[None, :] - values[:, None]).abs().amin(dim=1)
+    # Exact but where two values are equally near up to float32 rounding of the position on
+    # the code's grid (a midpoint's neighbours): within two units in the last place.
+    assert torch.all(error <= best + 4 * torch.finfo(torch.float32).eps * values.abs())
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_compiled_quantization_is_eager_quantization_bit_for_bit(bits):
+    """Compiled, the values are computed by selects; eagerly, read from a table of the same."""
+    x = torch.cat([testing.seeded_randn(3000, seed=bits), testing.seeded_randn(1000, seed=2).abs()
+                   * 1e-3, torch.zeros(256)])
+
+    def round_trip(x):
+        stored = quantization.quantize(x, bits)
+        return stored, quantization.dequantize(stored, bits)
+
+    (codes, scales, _), back = round_trip(x)
+    (compiled_codes, compiled_scales, _), compiled_back = torch.compile(
+        round_trip, backend="inductor", fullgraph=True)(x)
+    assert torch.equal(codes, compiled_codes) and torch.equal(scales, compiled_scales)
+    assert torch.equal(back, compiled_back)
+
+
 def test_a_block_of_zeros_and_a_non_finite_block_stay_what_they_were():
     x = torch.zeros(512)
     x[300] = float("inf")
