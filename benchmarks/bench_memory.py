@@ -33,7 +33,14 @@ import _checkout  # noqa: F401  (before optax_compat: see its docstring)
 import optree
 import torch
 from _results import add_markdown_option, write_markdown
-from bench_step import SIZES, limit_threads, random_tensors, sample_times, shapes_for
+from bench_step import (
+    SIZES,
+    keep_freed_memory,
+    limit_threads,
+    random_tensors,
+    sample_times,
+    shapes_for,
+)
 
 import optax_compat as optax
 from optax_compat import memory
@@ -291,10 +298,14 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--first-cpu", type=int, default=0)
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="keep freed memory in the process (see bench_step.keep_freed_memory)")
     add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         limit_threads(args.threads, args.first_cpu)
+    if args.keep_freed_memory:
+        keep_freed_memory()
     tables = []
     parts = args.parts.split(",")
     if "bytes" in parts:

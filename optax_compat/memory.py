@@ -230,8 +230,8 @@ def cast_state(tx: base.GradientTransformation, dtype: torch.dtype, *,
         def store(x: torch.Tensor, index: int) -> Cast:
             if not stochastic_rounding or x.dtype == dtype:
                 return store_nearest(x, index)
-            def rounded(local: torch.Tensor) -> torch.Tensor:
-                uniform = counter_random.uniform_like(state.key, count, index, local)
+            def rounded(local: torch.Tensor, first: int) -> torch.Tensor:
+                uniform = counter_random.uniform_like(state.key, count, index, local, first)
                 return quantization.stochastic_round(local, dtype, uniform)
 
             return Cast(quantization.on_local_shard(x, rounded), x.new_empty((0,)))

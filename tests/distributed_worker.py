@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import optree
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -29,6 +30,8 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 import optax_compat as optax
 import torchopt_fn
+from optax_compat import memory
+from optax_compat._runtime import quantization
 from optax_compat._runtime import tree_math as tm
 from optax_compat.distributed import state_from_flat_dict, state_to_flat_dict
 
@@ -154,6 +157,31 @@ def _optimizer_case(make: Callable[[Any], Any],
         ours = _train_module_optimizer(_sharded(dtype), make, rank, world)
         reference = _train_module_optimizer(_model(dtype), make, None, world)
         return _difference(ours, reference), TOLERANCE[dtype]
+    return case
+
+
+def _widened(state: Any, bits: int) -> Any:
+    """``state`` with each quantized (``bits``) or cast leaf read back in its own dtype (a
+    DTensor, placed as the parameter is, for a sharded one)."""
+    def read(node: Any) -> Any:
+        if isinstance(node, quantization.Quantized):
+            return quantization.dequantize(node, bits, block_size=10)
+        return node.values.to(node.original.dtype) if isinstance(node, memory.Cast) else node
+    return optree.tree_map(read, state, none_is_leaf=True, is_leaf=lambda node: isinstance(
+        node, (quantization.Quantized, memory.Cast)))
+
+
+def _memory_case(make_tx: Callable[[], Any], tolerance: float, bits: int = 8
+                 ) -> Callable[[int, int], tuple[float, float]]:
+    """Trains float32 FSDP2 shards and one process alike; compares the parameters and the
+    states read back, each rank's quantized or cast shard gathered."""
+    def case(rank: int, world: int) -> tuple[float, float]:
+        ours, ours_state = _train_functional(_sharded(torch.float32), make_tx(), rank, world)
+        reference, reference_state = _train_functional(_model(torch.float32), make_tx(), None,
+                                                       world)
+        return max(_difference(ours, reference),
+                   _difference(_widened(ours_state, bits), _widened(reference_state, bits))
+                   ), tolerance
     return case
 
 
@@ -409,6 +437,19 @@ def cases(out_dir: str) -> dict[str, Callable[[int, int], tuple[float, float]]]:
     for name, make in CHECKPOINTED.items():
         table[f"dcp {name}: save on 2 ranks, load resharded on 2 ranks"] = _dcp_case(
             checkpoint_path(out_dir, name), make)
+    # The weights' shards (30 elements of 60 on each rank; 30 and 20 of 50) start on block
+    # boundaries, so each rank's blocks are the single process's: the numbers are the same.
+    for bits in (8, 4):
+        table[f"fsdp memory.quantize_state(adamw), {bits}-bit"] = _memory_case(
+            lambda bits=bits: memory.quantize_state(optax.adamw(1e-2, weight_decay=0.1),
+                                                    bits=bits, block_size=10, min_size=30),
+            TOLERANCE[f32], bits)
+    table["fsdp memory.cast_state(adam, bfloat16), to nearest"] = _memory_case(
+        lambda: memory.cast_state(optax.adam(1e-2), torch.bfloat16, stochastic_rounding=False),
+        TOLERANCE[f32])
+    # Stochastic rounding: each rank draws at its elements' positions in the whole tensor.
+    table["fsdp memory.cast_state(adam, bfloat16), stochastic"] = _memory_case(
+        lambda: memory.cast_state(optax.adam(1e-2), torch.bfloat16), TOLERANCE[f32])
     table["ddp MultiSteps with no_sync"] = _ddp_multisteps_case
     table["ddp MAML MetaAdam meta-gradients"] = _ddp_maml_case
     table["fsdp MetaAdam raises, naming DDP"] = _meta_adam_on_fsdp_raises_case

@@ -69,13 +69,15 @@ def normal_like(key: torch.Tensor, count: torch.Tensor, index: int,
 
 
 def uniform_like(key: torch.Tensor, count: torch.Tensor, index: int,
-                 like: torch.Tensor) -> torch.Tensor:
+                 like: torch.Tensor, first: int = 0) -> torch.Tensor:
     """Uniform numbers in ``[0, 1)`` shaped like ``like``: float64 with 32 random bits when
     ``like`` is float64, else float32 with 24. A pure function of its arguments, hashed as
-    :func:`normal_like`'s (another stream of the same key)."""
+    :func:`normal_like`'s (another stream of the same key); the elements draw at positions
+    ``first, first + 1, ...`` (a shard's, in the whole tensor)."""
     word = _hash32(_step_word(key, count) ^ 0x2545F491)
     seed = _hash32(word ^ (2 * index))
-    positions = _hash32(torch.arange(like.numel(), dtype=torch.int64, device=like.device))
+    positions = _hash32(torch.arange(first, first + like.numel(), dtype=torch.int64,
+                                     device=like.device))
     bits = _hash32(positions ^ seed)
     if like.dtype == torch.float64:
         return (bits.to(torch.float64) * _TWO_TO_MINUS_32).reshape(like.shape)

@@ -192,13 +192,29 @@ def sharded_like(x: torch.Tensor, local: torch.Tensor, shape: tuple[int, ...]) -
                               stride=stride)
 
 
-def on_local_shard(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]
+def _first_position(x: torch.Tensor) -> int:
+    """Where this rank's shard of the DTensor ``x`` starts in ``x`` flattened, when the shard
+    is one run of elements: sharded along dimension 0 alone (FSDP2's placement), in
+    ``torch.chunk``'s pieces. Otherwise (other placements) 0: positions are counted within
+    the shard."""
+    sharded = [(axis, placement) for axis, placement in enumerate(x.placements)
+               if not placement.is_replicate()]
+    if len(sharded) != 1 or not sharded[0][1].is_shard(dim=0) or x.dim() == 0:
+        return 0
+    axis = sharded[0][0]
+    rows, pieces = x.shape[0], x.device_mesh.size(axis)
+    start = min(x.device_mesh.get_local_rank(axis) * -(-rows // pieces), rows)
+    return start * (x.numel() // rows if rows else 0)
+
+
+def on_local_shard(x: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor]
                    ) -> torch.Tensor:
-    """``fn(x)``; for a DTensor (an FSDP2 shard), ``fn`` of this rank's shard, placed as ``x``
-    is: each rank computes on its own elements, with no communication."""
+    """``fn(x, 0)``; for a DTensor (an FSDP2 shard), ``fn`` of this rank's shard and the
+    position of its first element in ``x`` flattened (see :func:`_first_position`), placed as
+    ``x`` is: each rank computes on its own elements, with no communication."""
     if not is_distributed([x]):
-        return fn(x)
-    return sharded_like(x, fn(x.to_local()), tuple(x.shape))
+        return fn(x, 0)
+    return sharded_like(x, fn(x.to_local(), _first_position(x)), tuple(x.shape))
 
 
 def quantize(x: torch.Tensor, bits: int = 8, block_size: int | None = None) -> Quantized:
