@@ -96,7 +96,7 @@ def _large_float(min_size: int) -> Callable[[torch.Tensor], bool]:
 def _per_leaf_layouts(tx: Any, what: str) -> dict[str, str | None]:
     """Layouts for a wrapper that works leaf by leaf around ``tx``: stacks if ``tx`` allows
     them; never flat buffers."""
-    return {FLAT: f"{what}", STACKED: why_not(tx, STACKED)}
+    return {FLAT: what, STACKED: why_not(tx, STACKED)}
 
 
 def quantize_state(tx: base.GradientTransformation, *, bits: int = 8,
