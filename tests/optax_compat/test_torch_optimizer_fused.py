@@ -273,6 +273,28 @@ def test_torchopt_fn_optimizers_fuse_with_the_unfused_numbers(name):
     _assert_same(tuple(models), tuple(optimizers), name)
 
 
+@pytest.mark.parametrize("name", ["Adam", "SGD"])
+def test_a_scheduler_drives_a_fused_torchopt_fn_optimizer_without_recompiling(name):
+    import torchopt_fn
+
+    models, optimizers, compile_seconds = [], [], []
+    for fused in (None, True):
+        model = _model()
+        optimizer = getattr(torchopt_fn, name)(model.parameters(), lr=0.1, fused=fused)
+        optimizer.fused_backend = "aot_eager"
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        for step in range(4):
+            _train(optimizer, model, range(step, step + 1))
+            scheduler.step()
+            if fused:
+                compile_seconds.append(optimizer.compile_seconds)
+        models.append(model)
+        optimizers.append(optimizer)
+    assert compile_seconds[0] > 0 and len(set(compile_seconds)) == 1  # compiled once
+    assert optimizers[1].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
+    _assert_same(tuple(models), tuple(optimizers), name)
+
+
 def test_accelerate_prepares_and_steps_a_fused_optimizer_like_the_unfused_one(tmp_path):
     accelerate = pytest.importorskip("accelerate")
     models, optimizers = [], []

@@ -106,7 +106,11 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
 
 
 def scale_by_neg_lr(lr: ScalarOrSchedule) -> GradientTransformation:
-    """Scales updates by ``-lr`` (``lr`` a constant or a schedule of the step count)."""
+    """Scales updates by ``-lr`` (``lr`` a constant or a schedule of the step count).
+
+    A 0-d tensor ``lr`` is read at each update, not once here: a fused optimizer fills its
+    groups' tensor before each step (see ``torchopt_fn.optim.base.HyperparameterOptimizer``).
+    """
     check_learning_rate(lr)
     if callable(lr):
 
@@ -114,7 +118,23 @@ def scale_by_neg_lr(lr: ScalarOrSchedule) -> GradientTransformation:
             return -lr(count)
 
         return scale_by_schedule(negated_schedule)
+    if isinstance(lr, torch.Tensor):
+        return from_optax(_scale_by_negated(lr))
     return scale(-lr)
+
+
+def _scale_by_negated(lr: torch.Tensor) -> optax_compat.GradientTransformationExtraArgs:
+    """``optax_compat.scale(-lr)`` with ``-lr`` formed at each update (the same empty state)."""
+
+    @bb.supports_inplace
+    @bb.elementwise
+    def update_fn(updates: Updates, state: OptState, params: Params | None = None, *,
+                  inplace: bool = False, **extra_args: Any) -> tuple[Updates, OptState]:
+        del extra_args
+        return optax_compat.scale(-lr).update(updates, state, params, inplace=inplace)
+
+    return optax_compat.GradientTransformationExtraArgs(optax_compat.init_empty_state,
+                                                        update_fn)
 
 
 def _step_count(state: OptState) -> torch.Tensor | None:

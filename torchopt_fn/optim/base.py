@@ -136,10 +136,11 @@ class HyperparameterOptimizer(Optimizer):
     (the alias, e.g. :func:`torchopt_fn.sgd`); a group rebuilds it when its entries change (a
     scheduler set ``'lr'``), so each group steps with its own current values, as plain numbers.
 
-    With ``fused=True`` the groups step on the fused engine; the values are compiled into the
-    step, so a new value (a scheduler's) compiles a new one. A scheduled fused run is better
-    served by :class:`optax_compat.TorchOptimizer` over an ``inject_hyperparams``
-    transformation, whose hyper-parameters are inputs of the compiled step.
+    With ``fused=True`` the groups step on the fused engine. There a group's ``'lr'`` is a 0-d
+    float64 tensor of its own, filled from the entry before each step and read by the compiled
+    step as an input (as ``torch.optim``'s compiled steps take a tensor ``lr``): a scheduler's
+    new learning rate needs no recompilation. The other entries are compiled in; a new value
+    of one of them (``'betas'``, ``'weight_decay'``) compiles a new step.
     """
 
     _factory: Callable[..., GradientTransformation]
@@ -151,6 +152,7 @@ class HyperparameterOptimizer(Optimizer):
         self._hyperparameters = {k: v for k, v in arguments.items() if _is_group_entry(v)}
         self._options = {k: v for k, v in arguments.items() if k not in self._hyperparameters}
         self._built: dict[int, tuple[tuple[Any, ...], Any, StepFn | None]] = {}
+        self._learning_rates: dict[int, torch.Tensor] = {}
         super().__init__(params, self._build(**arguments)[0], fused=fused)
 
     def initial_defaults(self) -> dict[str, Any]:
@@ -164,14 +166,31 @@ class HyperparameterOptimizer(Optimizer):
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
             optax_compat.GradientTransformationExtraArgs, StepFn | None]:
         values = {name: group[name] for name in self._hyperparameters}
-        key = tuple(values.values())
+        learning_rate = self._learning_rate_tensor(group) if self.fused else None
+        if learning_rate is not None:
+            learning_rate.fill_(values["lr"])
+            values["lr"] = learning_rate
+        key = tuple(value for name, value in values.items() if value is not learning_rate)
         built = self._built.get(id(group))
         if built is None or built[0] != key:
             impl, fused_step = self._build(**values, **self._options)
             built = self._built[id(group)] = (key, to_optax(impl), fused_step)
         return built[1], built[2]
 
+    def _learning_rate_tensor(self, group: Mapping[str, Any]) -> torch.Tensor | None:
+        """The fused steps' ``'lr'`` of ``group``, a 0-d float64 tensor on its parameters'
+        device (``None`` if the group's ``'lr'`` is not a plain number)."""
+        lr = group.get("lr")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not group["params"]:
+            return None
+        device = group["params"][0].device
+        tensor = self._learning_rates.get(id(group))
+        if tensor is None or tensor.device != device:
+            tensor = self._learning_rates[id(group)] = torch.zeros(
+                [], dtype=torch.float64, device=device)
+        return tensor
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickles the constructor's arguments too (the built transformations are rebuilt)."""
         return {**super().__getstate__(), "_hyperparameters": self._hyperparameters,
-                "_options": self._options, "_built": {}}
+                "_options": self._options, "_built": {}, "_learning_rates": {}}
