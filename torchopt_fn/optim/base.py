@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -137,7 +138,7 @@ class HyperparameterOptimizer(Optimizer):
     scheduler set ``'lr'``), so each group steps with its own current values, as plain numbers.
 
     With ``fused=True`` the groups step on the fused engine. There a group's ``'lr'`` is a 0-d
-    float64 tensor of its own, filled from the entry before each step and read by the compiled
+    tensor of its own, filled from the entry before each step and read by the compiled
     step as an input (as ``torch.optim``'s compiled steps take a tensor ``lr``): a scheduler's
     new learning rate needs no recompilation. The other entries are compiled in; a new value
     of one of them (``'betas'``, ``'weight_decay'``) compiles a new step.
@@ -178,16 +179,18 @@ class HyperparameterOptimizer(Optimizer):
         return built[1], built[2]
 
     def _learning_rate_tensor(self, group: Mapping[str, Any]) -> torch.Tensor | None:
-        """The fused steps' ``'lr'`` of ``group``, a 0-d float64 tensor on its parameters'
-        device (``None`` if the group's ``'lr'`` is not a plain number)."""
-        lr = group.get("lr")
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not group["params"]:
+        """The fused steps' ``'lr'`` of ``group``: a 0-d tensor on its parameters' device, in
+        the dtype eager arithmetic takes a Python number in (float32 for float32, bfloat16
+        and float16 parameters, float64 for float64 ones); ``None`` if the group's ``'lr'`` is
+        not a plain number."""
+        lr, params = group.get("lr"), group["params"]
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not params:
             return None
-        device = group["params"][0].device
+        dtype = functools.reduce(torch.promote_types, (p.dtype for p in params), torch.float32)
         tensor = self._learning_rates.get(id(group))
-        if tensor is None or tensor.device != device:
+        if tensor is None or (tensor.device, tensor.dtype) != (params[0].device, dtype):
             tensor = self._learning_rates[id(group)] = torch.zeros(
-                [], dtype=torch.float64, device=device)
+                [], dtype=dtype, device=params[0].device)
         return tensor
 
     def __getstate__(self) -> dict[str, Any]:
