@@ -130,18 +130,20 @@ def _encode(v: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.Tensor:
             below = below & unsigned
         power = torch.where(below, 10.0 ** k, power)
         steps = torch.where(below, 2.0 ** (bits - 2 - k), steps)
-    steps = steps * torch.where(unsigned, 2.0, 1.0)
+    # (No select between two numbers below: its dtype would be the default dtype, not v's.)
+    steps = torch.where(unsigned, steps * 2, steps)
     position = (magnitude * power - 0.1) * (steps * (1 / 0.9)) - 0.5
     step = torch.where(position < -0.3, -1.0, torch.minimum(position.round(), steps - 1))
-    halfway = torch.where(unsigned, _HALFWAY[bits, False], _HALFWAY[bits, True])
     zero = 2.0 ** (bits - 1) - 1  # zero's index in the signed code, its positives above it
-    negative = v < 0
-    top = torch.where(unsigned, 2.0 ** bits - 1, torch.where(negative, zero - 1, zero))
-    rank = torch.where(magnitude > halfway, top, steps - 1 + step).clamp_min(0)
+    negative = (v < 0).to(v.dtype)
+    top = torch.where(unsigned, 2.0 ** bits - 1, zero - negative)
+    halfway = torch.where(unsigned, magnitude > _HALFWAY[bits, False],
+                          magnitude > _HALFWAY[bits, True])
+    rank = torch.where(halfway, top, steps - 1 + step).clamp_min(0)
     # One expression of ``rank`` (it compiles to one pass): the unsigned code counts up from
     # 0, the signed one away from zero on either side.
-    first = torch.where(unsigned, 0.0, torch.where(negative, zero - 1, zero + 1))
-    index = first + torch.where(unsigned | ~negative, 1.0, -1.0) * rank
+    first = torch.where(unsigned, 0.0, zero + 1 - 2 * negative)
+    index = first + torch.where(unsigned, 1.0, 1 - 2 * negative) * rank
     tiny = magnitude < _CODES[bits, True][2 ** (bits - 1)] / 2  # nearer zero than any other
     return torch.where(tiny & ~unsigned, zero, index)
 
@@ -161,8 +163,8 @@ def _decode(indices: torch.Tensor, unsigned: torch.Tensor, bits: int) -> torch.T
         reached = rank >= 2.0 ** j
         offset = torch.where(reached, step_offset, offset)
         slope = torch.where(reached, step_slope, slope)
-    value = (offset + slope * rank) * torch.where(unsigned, 1.0, 10.0)
-    value = torch.where(unsigned | (rank < 2.0 ** (bits - 1)), value, 1.0)
+    value = offset + slope * rank
+    value = torch.where(unsigned, value, torch.where(rank < 2.0 ** (bits - 1), value * 10, 1.0))
     return torch.where(unsigned | (indices >= zero), value, -value)
 
 

@@ -128,6 +128,25 @@ def test_compiled_quantization_is_eager_quantization_bit_for_bit(bits):
     assert torch.equal(back, compiled_back)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantization_does_not_depend_on_the_default_dtype(bits):
+    x = torch.cat([testing.seeded_randn(700, seed=bits), testing.seeded_randn(300, seed=3).abs()])
+    stored = quantization.quantize(x, bits)
+    unsigned = torch.arange(2 * x.numel()) % 2 == 0
+    encoded = quantization._encode(x.repeat(2).clamp(-1, 1).abs(), unsigned, bits)
+    decoded = quantization._decode(encoded, unsigned, bits)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        again = quantization.quantize(x, bits)
+        assert torch.equal(quantization._encode(x.repeat(2).clamp(-1, 1).abs(), unsigned, bits),
+                           encoded)
+        assert torch.equal(quantization._decode(encoded, unsigned, bits), decoded)
+    finally:
+        torch.set_default_dtype(default)
+    assert torch.equal(again.codes, stored.codes) and torch.equal(again.scales, stored.scales)
+
+
 def test_a_block_of_zeros_and_a_non_finite_block_stay_what_they_were():
     x = torch.zeros(512)
     x[300] = float("inf")
