@@ -295,6 +295,25 @@ def test_a_scheduler_drives_a_fused_torchopt_fn_optimizer_without_recompiling(na
     _assert_same(tuple(models), tuple(optimizers), name)
 
 
+def test_a_fused_torchopt_fn_optimizer_follows_its_scheduler_after_the_model_changes_dtype():
+    import torchopt_fn
+
+    models, optimizers = [], []
+    for fused in (None, True):
+        model = _model()
+        optimizer = torchopt_fn.SGD(model.parameters(), lr=0.1, fused=fused)
+        optimizer.fused_backend = None
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        for step in range(3):
+            if step == 1:
+                model.double()  # a new learning-rate tensor, in float64
+            _train(optimizer, model, range(step, step + 1))
+            scheduler.step()
+        models.append(model)
+        optimizers.append(optimizer)
+    _assert_same(tuple(models), tuple(optimizers), "SGD, float32 then float64")
+
+
 def test_accelerate_prepares_and_steps_a_fused_optimizer_like_the_unfused_one(tmp_path):
     accelerate = pytest.importorskip("accelerate")
     models, optimizers = [], []

@@ -171,7 +171,9 @@ class HyperparameterOptimizer(Optimizer):
         if learning_rate is not None:
             learning_rate.fill_(values["lr"])
             values["lr"] = learning_rate
-        key = tuple(value for name, value in values.items() if value is not learning_rate)
+        # The tensor stands in the key by identity: a new one (the parameters moved to another
+        # device or dtype) rebuilds the transformation around it.
+        key = tuple(id(value) if value is learning_rate else value for value in values.values())
         built = self._built.get(id(group))
         if built is None or built[0] != key:
             impl, fused_step = self._build(**values, **self._options)
