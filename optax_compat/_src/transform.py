@@ -2161,11 +2161,13 @@ def scale_by_lbfgs(
         diff_updates = tm.where(started, tm.sub(us, prev_us), tm.zeros_like(us))
         curvature = _vdot(diff_updates, diff_params)
         weight = torch.where(curvature == 0.0, 0.0, 1.0 / curvature)
+        # Written in the memory's dtype, as JAX's scatter casts (float64 gradients reaching
+        # a memory initialized from float32 parameters).
         diff_params_memory = [buffer.index_copy(0, _index_for(buffer, prev_memory_idx),
-                                                d.unsqueeze(0))
+                                                d.unsqueeze(0).to(buffer.dtype))
                               for buffer, d in zip(diff_params_memory, diff_params)]
         diff_updates_memory = [buffer.index_copy(0, _index_for(buffer, prev_memory_idx),
-                                                 d.unsqueeze(0))
+                                                 d.unsqueeze(0).to(buffer.dtype))
                                for buffer, d in zip(diff_updates_memory, diff_updates)]
         # The memory of weights is a plain tensor, the same on every rank.
         weights_memory = state.weights_memory.index_copy(

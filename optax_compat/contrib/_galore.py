@@ -99,10 +99,17 @@ class _Projection(NamedTuple):
         return torch.where(finite, vectors, torch.nan).to(matrix.dtype)
 
     def project(self, matrix: torch.Tensor, projector: torch.Tensor) -> torch.Tensor:
-        return projector.mT @ matrix if self.left else matrix @ projector
+        return _matmul(projector.mT, matrix) if self.left else _matmul(matrix, projector)
 
     def project_back(self, low_rank: torch.Tensor, projector: torch.Tensor) -> torch.Tensor:
-        return projector @ low_rank if self.left else low_rank @ projector.mT
+        return _matmul(projector, low_rank) if self.left else _matmul(low_rank, projector.mT)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in the dtype JAX promotes the two to (a float32 projector meeting float64
+    gradients: float64), where ``torch.matmul`` refuses mixed dtypes."""
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    return a.to(dtype) @ b.to(dtype)
 
 
 def _projection(x: torch.Tensor, dim_nums: GaLoreDimensionNumbers, rank: int) -> _Projection:

@@ -90,7 +90,11 @@ def trace(
             return updates, state
         new_traces = _plus_decayed(grads, decay, traces)
         new_updates = tm.add_scaled(grads, decay, new_traces) if nesterov else new_traces
-        new_traces = tm.cast(new_traces, accumulator_dtype)
+        # In place (dtypes that differ: parameters moved to float64 after init), the trace is
+        # written into its buffer, so the update returned is never the state a chain's next
+        # transformation would then scale in place.
+        new_traces = bb.store(traces, tm.cast(new_traces, accumulator_dtype), inplace)
+        new_updates = bb.emit(grads, new_updates, inplace)
         return tm.unflatten(spec, new_updates), TraceState(trace=tm.unflatten(spec, new_traces))
 
     return base.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -157,9 +161,14 @@ def ema(
             # computes in its default float.
             grads = [g if tm.is_inexact(g) else g.to(bb.default_float()) for g in grads]
         new_ema = tm.unflatten(spec, bb.update_moment(moments, grads, decay))
-        updates = _tree_math.tree_bias_correction(new_ema, decay, count_inc) if debias else new_ema
-        return updates, EmaState(count=count_inc,
-                                 ema=_casting.tree_cast(new_ema, accumulator_dtype))
+        new_updates = tm.leaves(_tree_math.tree_bias_correction(new_ema, decay, count_inc)
+                                if debias else new_ema)
+        # In place, the average goes into its buffers and the updates into theirs (as
+        # ``bb.in_blocks`` does): the updates returned are never the state's memory.
+        stored = bb.store(moments, tm.leaves(_casting.tree_cast(new_ema, accumulator_dtype)),
+                          inplace)
+        return (tm.unflatten(spec, bb.emit(grads, new_updates, inplace)),
+                EmaState(count=count_inc, ema=tm.unflatten(spec, stored)))
 
     return base.GradientTransformationExtraArgs(init_fn, update_fn)
 

@@ -15,6 +15,7 @@ A row reads ``<in-place> <layouts> <None gradients> <whole step>``:
 * ``none-ok``: handles ``None`` gradients; ``whole-step``: carries a whole in-place step.
 """
 
+import copy
 import functools
 import warnings
 
@@ -223,3 +224,37 @@ def test_every_builtin_declaration_holds_on_data(name):
                                          lambda step: _grads(step, shapes), extra_args=extra_args)
     inplace, layouts = CAPABILITIES[name].split()[:2]
     assert ran == EXPECTED_CHECKS[layouts] + (("check_inplace",) if inplace == "inplace" else ())
+
+
+def _in_float64(tree):
+    return optree.tree_map(lambda x: x.double() if isinstance(x, torch.Tensor)
+                           and x.is_floating_point() else x, tree)
+
+
+@pytest.mark.parametrize("name", sorted(name for name, row in CAPABILITIES.items()
+                                        if row.startswith("inplace ")))
+def test_inplace_gives_the_pure_updates_when_float64_gradients_meet_a_float32_state(name):
+    # ``model.double()`` between two steps of an in-place optimizer: the state is float32, the
+    # gradients and params float64. A transformation that cannot write such values into its
+    # buffers with its in-place kernels must still return updates apart from its state: the
+    # next one of a chain scales them in place (trace, ema and lars once returned the new
+    # trace itself, and ``scale`` then scaled the stored trace).
+    shapes, extra_args = DATA.get(name, (SHAPES, None))
+    extra = extra_args if callable(extra_args) else lambda step: extra_args or {}
+    tx, params = _simplest(name), _tree(*shapes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, state = tx.update(_grads(0, shapes), tx.init(params), params, inplace=True,
+                             **extra(0))
+        params, grads = _in_float64(params), _in_float64(_grads(1, shapes))
+        kwargs = {**_in_float64(extra(1)), **({"grad": grads} if "grad" in extra(1) else {})}
+        pure_updates, _ = tx.update(grads, copy.deepcopy(state), params, **kwargs)
+        updates, state = tx.update(optree.tree_map(torch.clone, grads), state, params,
+                                   inplace=True, **kwargs)
+    testing.assert_trees_all_close(updates, pure_updates, rtol=1e-6, atol=1e-7,
+                                   what=f"{name}: in-place updates")
+    kept = [x for x in optree.tree_leaves((state, params), namespace="optax_compat")
+            if isinstance(x, torch.Tensor) and x.numel()]
+    for update in optree.tree_leaves(updates, namespace="optax_compat"):
+        assert not any(update.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+                       for x in kept), f"{name} returns an update in memory of its state"

@@ -314,6 +314,39 @@ def test_a_fused_torchopt_fn_optimizer_follows_its_scheduler_after_the_model_cha
     _assert_same(tuple(models), tuple(optimizers), "SGD, float32 then float64")
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("fused", [None, True])
+@pytest.mark.parametrize("make", ["torchopt_fn.SGD", "TorchOptimizer(chain(trace, scale))"])
+def test_momentum_follows_torch_optim_after_the_model_changes_dtype(make, fused, nesterov):
+    # The trace, float32 from the first step, meets float64 gradients: in place it is written
+    # into its buffer, never returned as the update the next transformation scales in place
+    # (before: the stored trace became -lr times itself, 0.36 off after three steps).
+    import torchopt_fn
+
+    models = []
+    for build in ("torch.optim", make):
+        model = _model()
+        if build == "torch.optim":
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                                        nesterov=nesterov)
+        elif build == "torchopt_fn.SGD":
+            optimizer = torchopt_fn.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                                        nesterov=nesterov, fused=fused)
+        else:
+            tx = optax.chain(optax.trace(0.9, nesterov=nesterov), optax.scale(-0.1))
+            optimizer = optax.TorchOptimizer(model.parameters(), tx, inplace=True,
+                                             fused=fused, fused_backend=None)
+        optimizer.fused_backend = None
+        for step in range(4):
+            if step == 1:
+                model.double()
+            _train(optimizer, model, range(step, step + 1))
+        models.append(model)
+    testing.assert_leaves_close(list(models[1].parameters()), list(models[0].parameters()),
+                                what=f"{make}, fused={fused}, nesterov={nesterov}",
+                                rtol=1e-6, atol=1e-7)  # the first step ran in float32
+
+
 def test_accelerate_prepares_and_steps_a_fused_optimizer_like_the_unfused_one(tmp_path):
     accelerate = pytest.importorskip("accelerate")
     models, optimizers = [], []
