@@ -163,3 +163,24 @@ def python_number(value: Any) -> Any:
     if value.dtype in (torch.float32, torch.float16):
         return float(str(value.detach().cpu().numpy()))
     return value.item()
+
+
+def carried_keys(old: Layout, new: Layout) -> list[tuple[str, str]]:
+    """The ``(new key, old key)`` pairs of the entries stored in ``state[p]`` that keep their
+    meaning from ``old`` to ``new``, the layouts of two chains that differ by terms added or
+    removed: entries of the same kind and field, matched in order, the field being the key
+    without its leading position in the chain (``'1.trace'`` becomes ``'0.trace'`` when a
+    term before it goes).
+    """
+    def stored(layout: Layout) -> dict[tuple[int, str], list[str]]:
+        fields: dict[tuple[int, str], list[str]] = {}
+        for entry in layout.entries:
+            if entry.kind in (PER_PARAMETER, SHARED):
+                head, _, rest = entry.key.partition(".")
+                field = rest if head.isdigit() and rest else entry.key
+                fields.setdefault((entry.kind, field), []).append(entry.key)
+        return fields
+
+    before = stored(old)
+    return [pair for field, keys in stored(new).items()
+            for pair in zip(keys, before.get(field, []))]

@@ -126,6 +126,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self.fused = bool(fused)
         self.fused_backend = fused_backend
         self._layouts: list[group_layout.Layout] = []
+        # Per group: what its layout was planned for (see ``group_structure``).
+        self._structures: list[Any] = []
         # Per group: its FusedGroup, the reason it steps unfused, or None before its first step.
         self._fused: list[FusedGroup | str | None] = []
         super().__init__(params, self.initial_defaults())
@@ -155,10 +157,24 @@ class TorchOptimizer(torch.optim.Optimizer):
         del group
         return inplace_step(self.tx)
 
+    def group_structure(self, group: Mapping[str, Any]) -> Any:
+        """What decides the structure of ``group``'s state, compared with ``==`` before each
+        step (``None`` here, as ``tx`` never changes; a hook).
+
+        A subclass whose group transformation changes with the group's entries returns what
+        changes its state's structure (``torchopt_fn``'s optimizers: which entries are zero,
+        a zero weight decay being no term of the chain). When it changes, the group's state
+        is planned anew: each entry is carried over to the same field in the new chain, in
+        order (``'1.trace'`` to ``'0.trace'`` when a term before it goes), and the new
+        chain's other entries start from its ``init``.
+        """
+        del group
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickles (and deep-copies) the transformation and layouts with torch's fields."""
         return {**super().__getstate__(), "tx": self.tx, "inplace": self.inplace,
-                "_layouts": self._layouts, "fused": self.fused,
+                "_layouts": self._layouts, "_structures": self._structures,
+                "fused": self.fused,
                 "fused_backend": self.fused_backend,
                 "_fused": [None if isinstance(x, FusedGroup) else x for x in self._fused]}
 
@@ -182,6 +198,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             self.param_groups.pop()
             raise
         self._layouts.append(layout)
+        self._structures.append(self.group_structure(group))
         self._fused.append(None)
         self._scatter(group, layout, state, [True] * len(group["params"]))
 
@@ -371,12 +388,15 @@ class TorchOptimizer(torch.optim.Optimizer):
         extra_args = {} if loss is None else {
             "value": loss.detach() if isinstance(loss, torch.Tensor) else loss}
         with torch.no_grad():
-            for index, (group, layout) in enumerate(zip(self.param_groups, self._layouts,
-                                                        strict=True)):
+            for index, group in enumerate(self.param_groups):
                 params = tuple(group["params"])
                 grads = tuple(tree_math.attributes("grad", params))
                 if not any(map(operator.is_not, grads, itertools.repeat(None))):
                     continue
+                structure = self.group_structure(group)
+                if structure != self._structures[index]:
+                    self._replan(index, group, structure)
+                layout = self._layouts[index]
                 if self.fused and self._fused_step(index, group, layout, params, grads):
                     continue
                 states = list(map(self.state.__getitem__, params))
@@ -396,6 +416,25 @@ class TorchOptimizer(torch.optim.Optimizer):
                                     stepped, extra_args, whole_step)
                 self._scatter(group, layout, state, stepped, states, gathered)
         return loss
+
+    def _replan(self, index: int, group: Mapping[str, Any], structure: Any) -> None:
+        """Plans group ``index``'s state anew for its transformation, whose state changed
+        structure (see :meth:`group_structure`), carrying the stored entries over."""
+        params = tuple(group["params"])
+        state = self.group_transformation(group).init(params)
+        layout = group_layout.plan(state, len(params))
+        states = list(map(self.state.__getitem__, params))
+        old_states = [dict(target) for target in states]
+        for target in states:
+            target.clear()
+        self._scatter(group, layout, state, [True] * len(params), states)
+        for new_key, old_key in group_layout.carried_keys(self._layouts[index], layout):
+            for target, old in zip(states, old_states, strict=True):
+                if old_key in old:
+                    target[new_key] = old[old_key]
+        self._layouts[index], self._structures[index] = layout, structure
+        if isinstance(self._fused[index], FusedGroup):
+            self._fused[index] = None  # packed anew, around the new state
 
     @property
     def compile_seconds(self) -> float:

@@ -247,7 +247,8 @@ TORCHOPT_FN = {
     "AdaDelta": {"lr": 0.5},
     "AdaGrad": {"lr": 0.05},
     "RAdam": {"lr": 0.05},
-    "RMSProp": {"lr": 0.05, "momentum": 0.9, "centered": True},
+    # ``alpha`` a float32 number: see _FLOAT32_ENTRIES.
+    "RMSProp": {"lr": 0.05, "alpha": 0.875, "momentum": 0.9, "centered": True},
 }
 
 
@@ -273,26 +274,80 @@ def test_torchopt_fn_optimizers_fuse_with_the_unfused_numbers(name):
     _assert_same(tuple(models), tuple(optimizers), name)
 
 
-@pytest.mark.parametrize("name", ["Adam", "SGD"])
-def test_a_scheduler_drives_a_fused_torchopt_fn_optimizer_without_recompiling(name):
+# Fused, the entries are float32 tensors: ``1 - alpha`` is computed from the float32 ``alpha``,
+# where the unfused step rounds the exact ``1 - 0.9`` (equal for a float32 number such as
+# 0.875). Centered RMSProp's ``nu - mu ** 2`` cancels, which makes that relative 2e-7 a 5e-5.
+_FLOAT32_ENTRIES = {"RMSProp": {"rtol": 1e-4, "atol": 1e-5}}
+
+# Each torchopt_fn class with its numeric entries away from zero (each is then a tensor).
+TORCHOPT_FN_ENTRIES = {
+    "SGD": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01, "dampening": 0.1},
+    "Adam": {"lr": 0.05, "betas": (0.9, 0.99), "weight_decay": 0.01},
+    "AdamW": {"lr": 0.05, "betas": (0.9, 0.99), "weight_decay": 0.01},
+    "RMSProp": {"lr": 0.01, "alpha": 0.9, "momentum": 0.9, "centered": True,
+                "weight_decay": 0.01},
+    "Adagrad": {"lr": 0.1, "lr_decay": 0.01, "weight_decay": 0.01},
+    "Adadelta": {"lr": 1.0, "rho": 0.9, "weight_decay": 0.01},
+    "Adamax": {"lr": 0.05, "betas": (0.9, 0.99), "weight_decay": 0.01},
+    "RAdam": {"lr": 0.05, "betas": (0.9, 0.99), "weight_decay": 0.01},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHOPT_FN_ENTRIES))
+def test_schedulers_drive_every_entry_of_a_fused_torchopt_fn_optimizer_without_recompiling(name):
     import torchopt_fn
 
     models, optimizers, compile_seconds = [], [], []
     for fused in (None, True):
         model = _model()
-        optimizer = getattr(torchopt_fn, name)(model.parameters(), lr=0.1, fused=fused)
+        optimizer = getattr(torchopt_fn, name)(model.parameters(), **TORCHOPT_FN_ENTRIES[name],
+                                               fused=fused)
         optimizer.fused_backend = "aot_eager"
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
         for step in range(4):
             _train(optimizer, model, range(step, step + 1))
             scheduler.step()
+            for group in optimizer.param_groups:  # the other entries move too
+                for key, value in group.items():
+                    if isinstance(value, tuple):
+                        group[key] = tuple(0.99 * item for item in value)
+                    elif key not in ("lr", "params") and type(value) is float and value:
+                        group[key] = 0.9 * value
             if fused:
                 compile_seconds.append(optimizer.compile_seconds)
         models.append(model)
         optimizers.append(optimizer)
     assert compile_seconds[0] > 0 and len(set(compile_seconds)) == 1  # compiled once
-    assert optimizers[1].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
-    _assert_same(tuple(models), tuple(optimizers), name)
+    assert optimizers[1].param_groups[0]["lr"] == pytest.approx(
+        TORCHOPT_FN_ENTRIES[name]["lr"] * 0.5 ** 4)
+    _assert_same(tuple(models), tuple(optimizers), name,
+                 **_FLOAT32_ENTRIES.get(name, {"rtol": 1e-5, "atol": 1e-6}))
+
+
+@pytest.mark.parametrize("fused", [None, True])
+@pytest.mark.parametrize(("name", "entry", "start", "end"), [
+    ("SGD", "weight_decay", 0.01, 0.0), ("SGD", "momentum", 0.0, 0.9),
+    ("Adam", "weight_decay", 0.0, 0.1), ("AdamW", "weight_decay", 0.01, 0.0)])
+def test_a_torchopt_fn_optimizer_follows_torch_optim_when_an_entry_turns_to_or_from_zero(
+        name, entry, start, end, fused):
+    # A zero weight decay is no term of torchopt_fn's chain, and zero momentum no trace: the
+    # group's state is planned anew and its entries carried over (before: a crash).
+    import torchopt_fn
+
+    arguments = {"lr": 0.05, **({"momentum": 0.9} if name == "SGD" else {}), entry: start}
+    models = []
+    for module in (torch.optim, torchopt_fn):
+        model = _model()
+        kwargs = {"fused": fused} if module is torchopt_fn else {}
+        optimizer = getattr(module, name)(model.parameters(), **arguments, **kwargs)
+        optimizer.fused_backend = None
+        for step in range(4):
+            if step == 2:
+                optimizer.param_groups[0][entry] = end
+            _train(optimizer, model, range(step, step + 1))
+        models.append(model)
+    testing.assert_leaves_close(list(models[1].parameters()), list(models[0].parameters()),
+                                what=f"{name} {entry} {start} -> {end}", rtol=1e-5, atol=1e-6)
 
 
 def test_a_fused_torchopt_fn_optimizer_follows_its_scheduler_after_the_model_changes_dtype():

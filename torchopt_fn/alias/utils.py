@@ -72,6 +72,9 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
     if not maximize and weight_decay == 0.0:
         return identity()
+    # Decided here, not at each update: a 0-d tensor ``weight_decay`` (a fused optimizer's
+    # group entry) is then read only by the arithmetic.
+    decays = bool(weight_decay != 0.0)
 
     def init_fn(params: Params) -> OptState:
         del params
@@ -81,7 +84,7 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
                   inplace: bool = True) -> tuple[Updates, OptState]:
         grads, spec = tree_math.flatten(updates)
-        if weight_decay != 0.0:
+        if decays:
             if params is None:
                 raise ValueError("Parameters are required for weight decay: call "
                                  "`update(updates, state, params=params)`.")
@@ -89,16 +92,16 @@ def flip_sign_and_add_weight_decay(weight_decay: float = 0.0,
         if inplace and grads:
             if maximize:
                 torch._foreach_neg_(grads)
-            if weight_decay != 0.0:
+            if decays:
                 # Gradients outside any graph take the parameters' values only (TorchOpt adds
                 # ``p.data``): recording the addition would fail on gradients that are views.
                 with (contextlib.nullcontext() if tree_math.is_recording(grads)
                       else torch.no_grad()):
-                    torch._foreach_add_(grads, weights, alpha=weight_decay)
+                    tree_math.add_scaled_(grads, weight_decay, weights)
             return updates, state
         if maximize:
             grads = tree_math.neg(grads)
-        if weight_decay != 0.0:
+        if decays:
             grads = tree_math.add_scaled(grads, weight_decay, weights)
         return tree_math.unflatten(spec, grads), state
 

@@ -137,11 +137,20 @@ class HyperparameterOptimizer(Optimizer):
     (the alias, e.g. :func:`torchopt_fn.sgd`); a group rebuilds it when its entries change (a
     scheduler set ``'lr'``), so each group steps with its own current values, as plain numbers.
 
-    With ``fused=True`` the groups step on the fused engine. There a group's ``'lr'`` is a 0-d
-    tensor of its own, filled from the entry before each step and read by the compiled
-    step as an input (as ``torch.optim``'s compiled steps take a tensor ``lr``): a scheduler's
-    new learning rate needs no recompilation. The other entries are compiled in; a new value
-    of one of them (``'betas'``, ``'weight_decay'``) compiles a new step.
+    With ``fused=True`` the groups step on the fused engine. There each numeric entry of a
+    group (``'lr'``, ``'betas'``, ``'momentum'``, ``'weight_decay'``, ...; not the flags) is a
+    0-d tensor of the group's own, filled from the entry before each step and read by the
+    compiled step as an input (as ``torch.optim``'s compiled steps take a tensor ``lr``): a
+    scheduler's new value needs no recompilation. Only a change of sign (an entry set to or
+    from zero, which adds or removes a term of the chain) rebuilds the step. As in
+    ``torch.optim``, values set after construction are not validated again. The tensors are
+    float32 for float32 parameters, so a scalar computed from an entry (``1 - alpha``) is
+    computed from its float32 value, as in ``torch.optim``'s steps given tensor
+    hyper-parameters: the fused numbers differ from the unfused ones by that rounding (more
+    where the algorithm cancels, such as centered RMSProp's ``nu - mu ** 2``).
+
+    Unfused or fused, an entry set to or from zero changes the chain; the group's state is
+    then carried over to the new one (see :meth:`group_structure`).
     """
 
     _factory: Callable[..., GradientTransformation]
@@ -153,7 +162,7 @@ class HyperparameterOptimizer(Optimizer):
         self._hyperparameters = {k: v for k, v in arguments.items() if _is_group_entry(v)}
         self._options = {k: v for k, v in arguments.items() if k not in self._hyperparameters}
         self._built: dict[int, tuple[tuple[Any, ...], Any, StepFn | None]] = {}
-        self._learning_rates: dict[int, torch.Tensor] = {}
+        self._tensors: dict[int, dict[str, Any]] = {}
         super().__init__(params, self._build(**arguments)[0], fused=fused)
 
     def initial_defaults(self) -> dict[str, Any]:
@@ -164,38 +173,89 @@ class HyperparameterOptimizer(Optimizer):
         """The transformation ``_factory`` makes of these arguments, and no in-place step."""
         return type(self)._factory(**arguments), None
 
+    def group_structure(self, group: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The signs of the group's numeric entries and its flags: a zero entry is no term
+        of the chain (``weight_decay=0``) or changes its kind (``momentum=0``)."""
+        return tuple(_signs(value) if _is_numeric(value) else
+                     value if isinstance(value, bool) else None
+                     for value in map(group.__getitem__, self._hyperparameters))
+
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
             optax_compat.GradientTransformationExtraArgs, StepFn | None]:
         values = {name: group[name] for name in self._hyperparameters}
-        learning_rate = self._learning_rate_tensor(group) if self.fused else None
-        if learning_rate is not None:
-            learning_rate.fill_(values["lr"])
-            values["lr"] = learning_rate
-        # The tensor stands in the key by identity: a new one (the parameters moved to another
-        # device or dtype) rebuilds the transformation around it.
-        key = tuple(id(value) if value is learning_rate else value for value in values.values())
+        if self.fused:
+            # The tensors stand in the key by identity (new ones, for parameters moved to
+            # another device or dtype, rebuild the transformation around them) and their
+            # values by their signs.
+            tensors = self._hyperparameter_tensors(group, values)
+            key = tuple((id(tensors[name]), _signs(value)) if name in tensors else value
+                        for name, value in values.items())
+            values.update(tensors)
+        else:
+            key = tuple(values.values())
         built = self._built.get(id(group))
         if built is None or built[0] != key:
             impl, fused_step = self._build(**values, **self._options)
             built = self._built[id(group)] = (key, to_optax(impl), fused_step)
         return built[1], built[2]
 
-    def _learning_rate_tensor(self, group: Mapping[str, Any]) -> torch.Tensor | None:
-        """The fused steps' ``'lr'`` of ``group``: a 0-d tensor on its parameters' device, in
-        the dtype eager arithmetic takes a Python number in (float32 for float32, bfloat16
-        and float16 parameters, float64 for float64 ones); ``None`` if the group's ``'lr'`` is
-        not a plain number."""
-        lr, params = group.get("lr"), group["params"]
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not params:
-            return None
-        dtype = functools.reduce(torch.promote_types, (p.dtype for p in params), torch.float32)
-        tensor = self._learning_rates.get(id(group))
-        if tensor is None or (tensor.device, tensor.dtype) != (params[0].device, dtype):
-            tensor = self._learning_rates[id(group)] = torch.zeros(
-                [], dtype=dtype, device=params[0].device)
-        return tensor
+    def _hyperparameter_tensors(self, group: Mapping[str, Any], values: Mapping[str, Any]
+                                ) -> dict[str, Any]:
+        """The fused steps' tensors for the numeric ``values`` of ``group`` (a tuple of them
+        for a tuple entry such as ``'betas'``), filled with them now. Each is 0-d, on the
+        group's parameters' device, in the dtype eager arithmetic takes a Python number in
+        (float32 for float32, bfloat16 and float16 parameters, float64 for float64 ones)."""
+        params = group["params"]
+        numeric = {name: value for name, value in values.items() if _is_numeric(value)}
+        if not params or not numeric:
+            return {}
+        dtype = functools.reduce(torch.promote_types, {p.dtype for p in params}, torch.float32)
+        tensors = self._tensors.get(id(group))
+        first = next(iter(tensors.values()), None) if tensors else None
+        if first is None or (_first_tensor(first).device, _first_tensor(first).dtype) != (
+                params[0].device, dtype) or tensors.keys() != numeric.keys():
+            tensors = self._tensors[id(group)] = {
+                name: _tensors_like(value, dtype, params[0].device)
+                for name, value in numeric.items()}
+        for name, value in numeric.items():
+            _fill(tensors[name], value)
+        return tensors
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles the constructor's arguments too (the built transformations are rebuilt)."""
         return {**super().__getstate__(), "_hyperparameters": self._hyperparameters,
-                "_options": self._options, "_built": {}, "_learning_rates": {}}
+                "_options": self._options, "_built": {}, "_tensors": {}}
+
+
+def _is_numeric(value: Any) -> bool:
+    """Whether a group entry is a number (not a flag) or a tuple of numbers."""
+    if isinstance(value, tuple):
+        return bool(value) and all(map(_is_numeric, value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _signs(value: Any) -> Any:
+    """The sign of a number, or the signs of a tuple of numbers."""
+    if isinstance(value, tuple):
+        return tuple(map(_signs, value))
+    return (value > 0) - (value < 0)
+
+
+def _tensors_like(value: Any, dtype: torch.dtype, device: torch.device) -> Any:
+    """A 0-d tensor for a number, a tuple of them for a tuple."""
+    if isinstance(value, tuple):
+        return tuple(_tensors_like(item, dtype, device) for item in value)
+    return torch.zeros([], dtype=dtype, device=device)
+
+
+def _first_tensor(tensors: Any) -> torch.Tensor:
+    return tensors[0] if isinstance(tensors, tuple) else tensors
+
+
+def _fill(tensors: Any, value: Any) -> None:
+    """Fills the tensors made by :func:`_tensors_like` with ``value``."""
+    if isinstance(tensors, tuple):
+        for tensor, item in zip(tensors, value, strict=True):
+            tensor.fill_(item)
+    else:
+        tensors.fill_(value)
