@@ -420,18 +420,29 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _replan(self, index: int, group: Mapping[str, Any], structure: Any) -> None:
         """Plans group ``index``'s state anew for its transformation, whose state changed
         structure (see :meth:`group_structure`), carrying the stored entries over."""
+        layout, fresh = self._planned(group)
+        carried = group_layout.carried_keys(self._layouts[index], layout)
+        for p, new in zip(group["params"], fresh, strict=True):
+            old = self.state[p]
+            new.update((new_key, old[old_key]) for new_key, old_key in carried if old_key in old)
+            old.clear()
+            old.update(new)
+        self._install(index, layout, structure)
+
+    def _planned(self, group: Mapping[str, Any]) -> tuple[group_layout.Layout,
+                                                          list[dict[str, Any]]]:
+        """A new layout of ``group``'s state, and each parameter's entries as its
+        transformation's ``init`` makes them."""
         params = tuple(group["params"])
-        state = self.group_transformation(group).init(params)
+        with torch.no_grad():
+            state = self.group_transformation(group).init(params)
         layout = group_layout.plan(state, len(params))
-        states = list(map(self.state.__getitem__, params))
-        old_states = [dict(target) for target in states]
-        for target in states:
-            target.clear()
-        self._scatter(group, layout, state, [True] * len(params), states)
-        for new_key, old_key in group_layout.carried_keys(self._layouts[index], layout):
-            for target, old in zip(states, old_states, strict=True):
-                if old_key in old:
-                    target[new_key] = old[old_key]
+        entries: list[dict[str, Any]] = [{} for _ in params]
+        self._scatter(group, layout, state, [True] * len(params), entries)
+        return layout, entries
+
+    def _install(self, index: int, layout: group_layout.Layout, structure: Any) -> None:
+        """Makes ``layout`` (for ``structure``) group ``index``'s."""
         self._layouts[index], self._structures[index] = layout, structure
         if isinstance(self._fused[index], FusedGroup):
             self._fused[index] = None  # packed anew, around the new state
@@ -483,7 +494,9 @@ class TorchOptimizer(torch.optim.Optimizer):
 
         Everything is checked before anything changes: the number and sizes of the groups,
         and for each parameter the entries, shapes and dtypes of its state. The saved groups'
-        hyper-parameters replace the current ones (their ``'params'`` stay).
+        hyper-parameters replace the current ones (their ``'params'`` stay); where they give
+        the state another structure (:meth:`group_structure`: a weight decay saved as zero),
+        the saved state is checked against, and loaded as, that structure.
 
         Raises:
           ValueError: naming what does not fit (another optimizer, another model); the
@@ -502,8 +515,12 @@ class TorchOptimizer(torch.optim.Optimizer):
                              f"state dict has {len(saved_groups)}.")
         saved_state = state_dict["state"]
         new_state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
-        for index, (group, saved_group, layout) in enumerate(zip(
-                self.param_groups, saved_groups, self._layouts, strict=True)):
+        new_groups = []
+        # The groups whose saved entries give their state another structure (a weight decay
+        # saved as zero): their new layout and structure.
+        plans: dict[int, tuple[group_layout.Layout, Any]] = {}
+        for index, (group, saved_group) in enumerate(zip(self.param_groups, saved_groups,
+                                                         strict=True)):
             if not isinstance(saved_group, Mapping) or "params" not in saved_group:
                 raise ValueError(f"Saved parameter group {index} has no 'params' entry.")
             if len(group["params"]) != len(saved_group["params"]):
@@ -513,12 +530,23 @@ class TorchOptimizer(torch.optim.Optimizer):
             if missing:
                 raise ValueError(f"Saved parameter group {index} has no {missing}: the state "
                                  "dict is of another optimizer.")
+            new_group = {**saved_group, "params": group["params"]}
+            if "param_names" in group:
+                new_group["param_names"] = group["param_names"]
+            new_groups.append(new_group)
+            structure = self.group_structure(new_group)
+            if structure == self._structures[index]:
+                layout = self._layouts[index]
+                expected = [self.state.get(p, {}) for p in group["params"]]
+            else:
+                layout, expected = self._planned(new_group)
+                plans[index] = (layout, structure)
             shared_keys = {entry.key for entry in layout.entries
                            if entry.kind is group_layout.SHARED}
             shared: dict[str, torch.Tensor] = {}
-            for saved_id, p in zip(saved_group["params"], group["params"], strict=True):
+            for saved_id, p, own in zip(saved_group["params"], group["params"], expected,
+                                        strict=True):
                 saved = saved_state.get(saved_id, {})
-                own = self.state.get(p, {})
                 where = f"state[{saved_id!r}]"
                 if not isinstance(saved, Mapping) or set(saved) != set(own):
                     raise ValueError(f"{where}: expected entries {sorted(own)}, got "
@@ -530,14 +558,10 @@ class TorchOptimizer(torch.optim.Optimizer):
                         new_state[p][key] = shared[key]
                     else:
                         new_state[p][key] = saved[key].to(value.device, copy=True)
-        new_groups = []
-        for group, saved_group in zip(self.param_groups, saved_groups, strict=True):
-            new_group = {**saved_group, "params": group["params"]}
-            if "param_names" in group:
-                new_group["param_names"] = group["param_names"]
-            new_groups.append(new_group)
         self.state = new_state
         self.param_groups = new_groups
+        for index, (layout, structure) in plans.items():
+            self._install(index, layout, structure)
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import pickle
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -348,6 +349,34 @@ def test_a_torchopt_fn_optimizer_follows_torch_optim_when_an_entry_turns_to_or_f
         models.append(model)
     testing.assert_leaves_close(list(models[1].parameters()), list(models[0].parameters()),
                                 what=f"{name} {entry} {start} -> {end}", rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fused", [None, True])
+def test_a_torchopt_fn_checkpoint_saved_after_an_entry_turned_zero_resumes_exactly(fused):
+    # Saved with weight_decay=0 (keys '0.trace'), loaded into the optimizer the script builds
+    # with weight_decay=0.01 (keys '1.trace'): the state is loaded as the saved structure.
+    import torchopt_fn
+
+    def build(model):
+        optimizer = torchopt_fn.SGD(model.parameters(), lr=0.05, momentum=0.9,
+                                    weight_decay=0.01, fused=fused)
+        optimizer.fused_backend = None
+        return optimizer
+
+    model = _model()
+    optimizer = build(model)
+    _train(optimizer, model, range(2))
+    optimizer.param_groups[0]["weight_decay"] = 0.0
+    _train(optimizer, model, range(2, 3))
+    saved = pickle.loads(pickle.dumps((model.state_dict(), optimizer.state_dict())))
+    assert "0.trace" in saved[1]["state"][0]
+    resumed_model = _model()
+    resumed_model.load_state_dict(saved[0])
+    resumed = build(resumed_model)
+    resumed.load_state_dict(saved[1])
+    for continuing, run in ((optimizer, model), (resumed, resumed_model)):
+        _train(continuing, run, range(3, 5))
+    _assert_same((model, resumed_model), (optimizer, resumed), "resumed", rtol=0, atol=0)
 
 
 def test_a_fused_torchopt_fn_optimizer_follows_its_scheduler_after_the_model_changes_dtype():
