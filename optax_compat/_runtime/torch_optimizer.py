@@ -46,6 +46,48 @@ __all__ = ["TorchOptimizer", "torch_optimizer"]
 _TORCH_HYPERPARAMETERS = frozenset({"lr", "betas", "momentum", "weight_decay", "eps"})
 
 
+class StateDict(defaultdict):
+    """``torch.optim``'s ``state`` (a ``defaultdict(dict)`` keyed by parameter) that counts the
+    changes of its own entries in :attr:`version`, so that a step may keep the ``state[p]``
+    dicts it looked up while no entry was set or removed (a tensor's hash is a Python call)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.version = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.version += 1
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.version += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.version += 1
+        return super().setdefault(key, default)
+
+    def __ior__(self, other: Any) -> StateDict:
+        self.version += 1
+        return super().__ior__(other)
+
+
 class TorchOptimizer(torch.optim.Optimizer):
     """A :class:`torch.optim.Optimizer` that steps with an ``optax_compat`` transformation.
 
@@ -85,9 +127,11 @@ class TorchOptimizer(torch.optim.Optimizer):
       view of it (same values), as DDP's ``gradient_as_bucket_view`` does: a backward pass then
       accumulates into the buffer and the next step copies nothing, as long as the gradients
       are zeroed rather than set to ``None`` (``zero_grad(set_to_none=False)``);
-    * a replaced state entry (``load_state_dict``, a hand edit) is copied back into the
-      buffers before the step, and a parameter whose storage changed (``p.data = ...``,
-      ``module.to(...)``) makes the group pack anew;
+    * a replaced state entry (``load_state_dict``, a hand edit, a new ``state[p]`` dict) is
+      copied back into the buffers before the step, and a parameter whose storage changed
+      (``p.data = ...``, ``module.to(...)``) makes the group pack anew. ``state`` is a
+      :class:`StateDict`, torch's ``defaultdict`` counting the changes of its entries, so a
+      step looks the ``state[p]`` dicts up again only after one;
     * a group whose transformation cannot fuse (see :func:`~optax_compat.fused_step`), or
       whose parameters cannot be packed (DTensors, tied weights), warns once, saying why, and
       steps unfused.
@@ -130,7 +174,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._structures: list[Any] = []
         # Per group: its FusedGroup, the reason it steps unfused, or None before its first step.
         self._fused: list[FusedGroup | str | None] = []
+        # Per group: the ``state[p]`` dicts of its parameters, while ``state`` keeps them.
+        self._group_states: list[tuple[Any, ...] | None] = []
         super().__init__(params, self.initial_defaults())
+        self.state = StateDict(dict, self.state)
 
     # The hook points a subclass overrides (``torchopt_fn.Optimizer`` does): what every group
     # starts with, the transformation that steps a group, and a whole in-place step for it.
@@ -176,7 +223,8 @@ class TorchOptimizer(torch.optim.Optimizer):
                 "_layouts": self._layouts, "_structures": self._structures,
                 "fused": self.fused,
                 "fused_backend": self.fused_backend,
-                "_fused": [None if isinstance(x, FusedGroup) else x for x in self._fused]}
+                "_fused": [None if isinstance(x, FusedGroup) else x for x in self._fused],
+                "_group_states": [None] * len(self._group_states)}
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Adds a parameter group (a dict with ``'params'``) and creates its state.
@@ -200,6 +248,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._layouts.append(layout)
         self._structures.append(self.group_structure(group))
         self._fused.append(None)
+        self._group_states.append(None)
         self._scatter(group, layout, state, [True] * len(group["params"]))
 
     def _initialize(self, group: dict[str, Any]) -> tuple[group_layout.Layout, base.OptState]:
@@ -459,13 +508,26 @@ class TorchOptimizer(torch.optim.Optimizer):
                     grads: tuple[torch.Tensor | None, ...]) -> bool:
         """Steps group ``index`` on the fused engine; ``False`` if it cannot fuse. (Under
         ``torch.compile`` it runs eagerly: the fused step is compiled already.)"""
-        fused = self._fused_group(index, group, layout,
-                                  list(map(self.state.__getitem__, params)))
+        fused = self._fused_group(index, group, layout, self._states(index, params))
         if fused is None:
             return False
         fused.step(group, params, grads, lambda grad, i: self._dense_gradient(
             grad, self._name(group, index, i)))
         return True
+
+    def _states(self, index: int, params: tuple[torch.Tensor, ...]) -> list[dict[str, Any]]:
+        """``state[p]`` of group ``index``'s ``params``: the dicts looked up at an earlier step
+        while ``state`` has not changed an entry since and the parameters are the same."""
+        state = self.state
+        version = getattr(state, "version", None)  # None: a plain dict put there by hand
+        cached = self._group_states[index]
+        if (version is not None and cached is not None and cached[0] is state
+                and cached[1] == version and len(cached[2]) == len(params)
+                and all(map(operator.is_, cached[2], params))):
+            return cached[3]
+        states = list(map(state.__getitem__, params))
+        self._group_states[index] = (state, getattr(state, "version", None), params, states)
+        return states
 
     def _fused_group(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
                      states: list[dict[str, Any]]) -> FusedGroup | None:
@@ -514,7 +576,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise ValueError(f"The optimizer has {len(self.param_groups)} parameter groups, the "
                              f"state dict has {len(saved_groups)}.")
         saved_state = state_dict["state"]
-        new_state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
+        new_state = StateDict(dict)
         new_groups = []
         # The groups whose saved entries give their state another structure (a weight decay
         # saved as zero): their new layout and structure.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import inspect
 import io
 import pickle
@@ -186,6 +187,24 @@ def test_replaced_storage_and_state_are_taken_over_not_left_stale():
     _assert_same((model, fused_model), (plain, fused), "replaced storage and state")
     assert fused_model[2].bias.untyped_storage().data_ptr() == fused_model[0].weight.\
         untyped_storage().data_ptr()  # packed anew, together
+
+
+@pytest.mark.parametrize("replace", ["state[p]", "state"])
+def test_a_new_state_of_a_parameter_or_a_new_state_is_taken_over(replace):
+    # The fused step keeps the ``state[p]`` dicts it looked up while ``state`` sets no entry;
+    # a new dict for one parameter, or a new ``state`` altogether, is read again.
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.sgd(0.05, momentum=0.9))
+    _train(plain, model, range(2))
+    _train(fused, fused_model, range(2))
+    for m, optimizer in ((model, plain), (fused_model, fused)):
+        if replace == "state[p]":
+            optimizer.state[m[2].bias] = {"0.trace": torch.full_like(m[2].bias, 0.25)}
+        else:
+            optimizer.state = collections.defaultdict(dict, {
+                p: {"0.trace": torch.full_like(p, 0.25)} for p in m.parameters()})
+    _train(plain, model, range(2, 4))
+    _train(fused, fused_model, range(2, 4))
+    _assert_same((model, fused_model), (plain, fused), f"a new {replace}")
 
 
 def test_groups_that_cannot_fuse_warn_once_and_step_unfused():

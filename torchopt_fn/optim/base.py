@@ -162,7 +162,8 @@ class HyperparameterOptimizer(Optimizer):
         self._hyperparameters = {k: v for k, v in arguments.items() if _is_group_entry(v)}
         self._options = {k: v for k, v in arguments.items() if k not in self._hyperparameters}
         self._built: dict[int, tuple[tuple[Any, ...], Any, StepFn | None]] = {}
-        self._tensors: dict[int, dict[str, Any]] = {}
+        # Per group: its tensors, and the values they hold.
+        self._tensors: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         super().__init__(params, self._build(**arguments)[0], fused=fused)
 
     def initial_defaults(self) -> dict[str, Any]:
@@ -202,23 +203,26 @@ class HyperparameterOptimizer(Optimizer):
     def _hyperparameter_tensors(self, group: Mapping[str, Any], values: Mapping[str, Any]
                                 ) -> dict[str, Any]:
         """The fused steps' tensors for the numeric ``values`` of ``group`` (a tuple of them
-        for a tuple entry such as ``'betas'``), filled with them now. Each is 0-d, on the
-        group's parameters' device, in the dtype eager arithmetic takes a Python number in
-        (float32 for float32, bfloat16 and float16 parameters, float64 for float64 ones)."""
+        for a tuple entry such as ``'betas'``), holding them now (those whose value changed
+        are filled). Each is 0-d, on the group's parameters' device, in the dtype eager
+        arithmetic takes a Python number in (float32 for float32, bfloat16 and float16
+        parameters, float64 for float64 ones)."""
         params = group["params"]
         numeric = {name: value for name, value in values.items() if _is_numeric(value)}
         if not params or not numeric:
             return {}
         dtype = functools.reduce(torch.promote_types, {p.dtype for p in params}, torch.float32)
-        tensors = self._tensors.get(id(group))
-        first = next(iter(tensors.values()), None) if tensors else None
-        if first is None or (_first_tensor(first).device, _first_tensor(first).dtype) != (
-                params[0].device, dtype) or tensors.keys() != numeric.keys():
-            tensors = self._tensors[id(group)] = {
-                name: _tensors_like(value, dtype, params[0].device)
-                for name, value in numeric.items()}
+        tensors, filled = self._tensors.get(id(group), ({}, {}))
+        first = _first_tensor(next(iter(tensors.values()))) if tensors else None
+        if first is None or (first.device, first.dtype) != (params[0].device, dtype) or (
+                tensors.keys() != numeric.keys()):
+            tensors, filled = {name: _tensors_like(value, dtype, params[0].device)
+                               for name, value in numeric.items()}, {}
+            self._tensors[id(group)] = tensors, filled
         for name, value in numeric.items():
-            _fill(tensors[name], value)
+            if filled.get(name) != value:
+                _fill(tensors[name], value)
+                filled[name] = value
         return tensors
 
     def __getstate__(self) -> dict[str, Any]:
