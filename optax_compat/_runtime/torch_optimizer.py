@@ -174,6 +174,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._structures: list[Any] = []
         # Per group: its FusedGroup, the reason it steps unfused, or None before its first step.
         self._fused: list[FusedGroup | str | None] = []
+        # What the fused groups packed anew since spent compiling.
+        self._retired_compile_seconds = 0.0
         # Per group: the ``state[p]`` dicts of its parameters, while ``state`` keeps them.
         self._group_states: list[tuple[Any, ...] | None] = []
         super().__init__(params, self.initial_defaults())
@@ -224,7 +226,8 @@ class TorchOptimizer(torch.optim.Optimizer):
                 "fused": self.fused,
                 "fused_backend": self.fused_backend,
                 "_fused": [None if isinstance(x, FusedGroup) else x for x in self._fused],
-                "_group_states": [None] * len(self._group_states)}
+                "_group_states": [None] * len(self._group_states),
+                "_retired_compile_seconds": self._retired_compile_seconds}
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Adds a parameter group (a dict with ``'params'``) and creates its state.
@@ -493,14 +496,23 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _install(self, index: int, layout: group_layout.Layout, structure: Any) -> None:
         """Makes ``layout`` (for ``structure``) group ``index``'s."""
         self._layouts[index], self._structures[index] = layout, structure
-        if isinstance(self._fused[index], FusedGroup):
-            self._fused[index] = None  # packed anew, around the new state
+        self._retire(index)  # packed anew, around the new state
+
+    def _retire(self, index: int) -> None:
+        """Drops group ``index``'s fused group, if it has one (it is packed anew), keeping
+        its compile seconds."""
+        fused = self._fused[index]
+        if isinstance(fused, FusedGroup):
+            self._retired_compile_seconds += fused.engine.compile_seconds
+            self._fused[index] = None
 
     @property
     def compile_seconds(self) -> float:
-        """Seconds the fused groups spent compiling their steps so far (0.0 unfused)."""
-        return sum(group.engine.compile_seconds for group in self._fused
-                   if isinstance(group, FusedGroup))
+        """Seconds the fused groups spent compiling their steps so far, those packed anew
+        since included (0.0 unfused)."""
+        return self._retired_compile_seconds + sum(
+            group.engine.compile_seconds for group in self._fused
+            if isinstance(group, FusedGroup))
 
     @torch.compiler.disable
     def _fused_step(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
@@ -539,6 +551,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         params, tx = group["params"], self.group_transformation(group)
         if fused is not None and fused.tx is tx and fused.sync(params, states):
             return fused
+        self._retire(index)
         try:
             fused = FusedGroup(tx, params, layout, states, backend=self.fused_backend)
         except (TypeError, ValueError) as error:  # the reason it cannot fuse

@@ -189,6 +189,17 @@ def test_replaced_storage_and_state_are_taken_over_not_left_stale():
         untyped_storage().data_ptr()  # packed anew, together
 
 
+def test_compile_seconds_keep_the_groups_packed_anew():
+    model = _model()
+    optimizer = optax.TorchOptimizer(model.parameters(), optax.sgd(0.05, momentum=0.9),
+                                     fused=True, fused_backend="aot_eager")
+    _train(optimizer, model, range(1))
+    first = optimizer.compile_seconds
+    model.double()  # new storage: packed anew, compiled again for float64
+    _train(optimizer, model, range(1, 2))
+    assert 0 < first < optimizer.compile_seconds
+
+
 @pytest.mark.parametrize("replace", ["state[p]", "state"])
 def test_a_new_state_of_a_parameter_or_a_new_state_is_taken_over(replace):
     # The fused step keeps the ``state[p]`` dicts it looked up while ``state`` sets no entry;
