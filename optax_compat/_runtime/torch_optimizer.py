@@ -506,6 +506,16 @@ class TorchOptimizer(torch.optim.Optimizer):
             self._retired_compile_seconds += fused.engine.compile_seconds
             self._fused[index] = None
 
+    def group_is_fused(self, group: Mapping[str, Any]) -> bool:
+        """Whether ``group`` (one of ``param_groups``) steps on the fused engine: with
+        ``fused=True``, unless it fell back to the unfused step (it said why, once)."""
+        if not self.fused:
+            return False
+        for candidate, fused in zip(self.param_groups, self._fused):
+            if candidate is group:
+                return not isinstance(fused, str)
+        return True  # a group being added: it will try
+
     @property
     def compile_seconds(self) -> float:
         """Seconds the fused groups spent compiling their steps so far, those packed anew

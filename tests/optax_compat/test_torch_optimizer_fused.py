@@ -189,6 +189,28 @@ def test_replaced_storage_and_state_are_taken_over_not_left_stale():
         untyped_storage().data_ptr()  # packed anew, together
 
 
+def test_a_torchopt_fn_group_that_falls_back_to_the_unfused_step_takes_plain_numbers():
+    # Tied weights cannot be packed: the group steps unfused, with the unfused optimizer's
+    # numbers bit for bit (float32 tensors would round ``1 - alpha`` from float32 ``alpha``).
+    import torchopt_fn
+
+    results = []
+    for fused in (None, True):
+        tied = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 6))
+        view = torch.nn.Parameter(tied.detach()[:3])
+        optimizer = torchopt_fn.RMSProp([tied, view], lr=0.01, alpha=0.9, momentum=0.9,
+                                        centered=True, fused=fused)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for step in range(3):
+                for p in (tied, view):
+                    p.grad = torch.full_like(p, 0.5 + step)
+                optimizer.step()
+        results.append(tied.detach().clone())
+        assert optimizer.group_is_fused(optimizer.param_groups[0]) is False
+    assert torch.equal(results[0], results[1])
+
+
 def test_compile_seconds_keep_the_groups_packed_anew():
     model = _model()
     optimizer = optax.TorchOptimizer(model.parameters(), optax.sgd(0.05, momentum=0.9),

@@ -149,6 +149,9 @@ class HyperparameterOptimizer(Optimizer):
     hyper-parameters: the fused numbers differ from the unfused ones by that rounding (more
     where the algorithm cancels, such as centered RMSProp's ``nu - mu ** 2``).
 
+    A group that falls back to the unfused step (DTensors, tied weights) takes its entries as
+    plain numbers, as unfused.
+
     Unfused or fused, an entry set to or from zero changes the chain; the group's state is
     then carried over to the new one (see :meth:`group_structure`).
     """
@@ -184,7 +187,7 @@ class HyperparameterOptimizer(Optimizer):
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
             optax_compat.GradientTransformationExtraArgs, StepFn | None]:
         values = {name: group[name] for name in self._hyperparameters}
-        if self.fused:
+        if self.group_is_fused(group):
             # The tensors stand in the key by identity (new ones, for parameters moved to
             # another device or dtype, rebuild the transformation around them) and their
             # values by their signs.
