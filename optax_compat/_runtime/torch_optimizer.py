@@ -548,6 +548,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 and all(map(operator.is_, cached[2], params))):
             return cached[3]
         states = list(map(state.__getitem__, params))
+        # The version after the lookups: one that creates a missing ``state[p]`` counts.
         self._group_states[index] = (state, getattr(state, "version", None), params, states)
         return states
 

@@ -108,8 +108,8 @@ class _Projection(NamedTuple):
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` in the dtype JAX promotes the two to (a float32 projector meeting float64
     gradients: float64), where ``torch.matmul`` refuses mixed dtypes."""
-    dtype = torch.promote_types(a.dtype, b.dtype)
-    return a.to(dtype) @ b.to(dtype)
+    a, b = tm.promoted(a, b)
+    return a @ b
 
 
 def _projection(x: torch.Tensor, dim_nums: GaLoreDimensionNumbers, rank: int) -> _Projection:

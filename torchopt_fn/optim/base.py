@@ -231,7 +231,7 @@ class HyperparameterOptimizer(Optimizer):
             return {}
         dtype = functools.reduce(torch.promote_types, {p.dtype for p in params}, torch.float32)
         tensors, filled = self._tensors.get(id(group), ({}, {}))
-        first = _first_tensor(next(iter(tensors.values()))) if tensors else None
+        first = tree_math.leaves(tensors)[0] if tensors else None
         if first is None or (first.device, first.dtype) != (params[0].device, dtype) or (
                 tensors.keys() != numeric.keys()):
             tensors, filled = {name: _tensors_like(value, dtype, params[0].device)
@@ -257,7 +257,8 @@ def _is_numeric(value: Any) -> bool:
 
 
 def _signs(value: Any) -> Any:
-    """The sign of a number, or the signs of a tuple of numbers."""
+    """The sign of a number, or the signs of a tuple of numbers (plain Python: it runs at
+    every step)."""
     if isinstance(value, tuple):
         return tuple(map(_signs, value))
     return (value > 0) - (value < 0)
@@ -265,17 +266,12 @@ def _signs(value: Any) -> Any:
 
 def _tensors_like(value: Any, dtype: torch.dtype, device: torch.device) -> Any:
     """A 0-d tensor for a number, a tuple of them for a tuple."""
-    if isinstance(value, tuple):
-        return tuple(_tensors_like(item, dtype, device) for item in value)
-    return torch.zeros([], dtype=dtype, device=device)
-
-
-def _first_tensor(tensors: Any) -> torch.Tensor:
-    return tensors[0] if isinstance(tensors, tuple) else tensors
+    return tree_math.tree_map(lambda _: torch.zeros([], dtype=dtype, device=device), value)
 
 
 def _fill(tensors: Any, value: Any) -> None:
-    """Fills the tensors made by :func:`_tensors_like` with ``value``."""
+    """Fills the tensors made by :func:`_tensors_like` with ``value`` (plain Python: a
+    scheduler's new learning rate comes at every step)."""
     if isinstance(tensors, tuple):
         for tensor, item in zip(tensors, value, strict=True):
             tensor.fill_(item)

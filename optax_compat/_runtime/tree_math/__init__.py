@@ -53,6 +53,7 @@ from optax_compat._runtime.tree_math.arithmetic import (
     neg_,
     norms,
     power,
+    promoted,
     real_vdot,
     reciprocal_,
     root_mean_squares,

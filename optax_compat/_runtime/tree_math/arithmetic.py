@@ -549,13 +549,13 @@ def vdot(xs: Leaves, ys: Leaves) -> torch.Tensor:
     if is_distributed(xs):
         return sum_scalars([(x.conj() * y if x.is_complex() else x * y).sum()
                             for x, y in zip(xs, ys, strict=True)])
-    return sum_scalars([torch.vdot(*_promoted(x.reshape(-1), y.reshape(-1)))
+    return sum_scalars([torch.vdot(*promoted(x.reshape(-1), y.reshape(-1)))
                         for x, y in zip(xs, ys)])
 
 
-def _promoted(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` and ``y`` in the dtype the two promote to, as JAX's ``vdot`` takes them (torch's
-    refuses two dtypes)."""
+def promoted(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` and ``y`` in the dtype the two promote to, as JAX's ``vdot`` and ``matmul`` take
+    them (torch's refuse two dtypes)."""
     if x.dtype == y.dtype:
         return x, y
     dtype = torch.promote_types(x.dtype, y.dtype)
