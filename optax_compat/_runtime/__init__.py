@@ -79,6 +79,7 @@ from optax_compat._runtime.none_gradients import (
     tolerates_none_step,
 )
 from optax_compat._runtime.numbers import (
+    as_tensor,
     check_hyperparameter,
     is_number,
     is_one,

@@ -193,6 +193,9 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     """Whether the fused kernel computes this step, whose leaves have one dtype (see the
     module's docstring)."""
     if (not terms.fused_kernel or gs[0].dtype not in _KERNEL_DTYPES
+            # On CUDA the kernel reads a tensor learning rate as float32: float64 leaves
+            # would lose their precision in it (on the CPU it reads a float64 one).
+            or (gs[0].is_cuda and gs[0].dtype == torch.float64)
             or torch.compiler.is_compiling()
             or not bb.is_zero(hp.eps_root)
             or not all(map(bb.is_number, (terms.weight_decay, terms.l2)))
@@ -365,7 +368,8 @@ def _kernel(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm
     kernel = torch._fused_adamw_ if decays else torch._fused_adam_
     steps = count_inc.float()  # the kernels' (and torch.optim's) type for step counts
     for device, group in _by_device(targets, grads, new_mus, new_nus):
-        kernel(*group, [], [steps.to(device)] * len(group[0]), lr=kernel_lr.to(device),
+        kernel(*group, [], [steps.to(device)] * len(group[0]),
+               lr=kernel_lr.to(device, torch.float32 if device.type == "cuda" else None),
                beta1=b1, beta2=b2, weight_decay=float(terms.weight_decay if decays else terms.l2),
                eps=hp.eps, amsgrad=False, maximize=terms.maximize)
     if not apply and not bb.is_zero(terms.weight_decay):

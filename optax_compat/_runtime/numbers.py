@@ -28,6 +28,20 @@ def is_one(value: Any) -> bool:
     return is_number(value) and value == 1
 
 
+def as_tensor(value: Any, dtype: torch.dtype | None = None,
+              device: torch.device | str | None = None) -> torch.Tensor:
+    """``torch.as_tensor(value, dtype, device)``, except that a tensor stays on its device
+    unless ``device`` is given, as a JAX array does.
+
+    Under ``torch.set_default_device(...)`` (or ``with torch.device(...)``)
+    ``torch.as_tensor(tensor)`` copies the tensor to the default device: a step count on the
+    parameters' CPU would move to CUDA, or fail to copy out of ``meta``.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype=dtype, device=device)
+    return torch.as_tensor(value, dtype=dtype, device=device)
+
+
 def check_hyperparameter(name: str, value: Any) -> None:
     """Raises ``TypeError`` naming ``name`` unless ``value`` can be a hyper-parameter.
 

@@ -176,7 +176,8 @@ def _decoded_table(bits: int) -> tuple[float, ...]:
 
 
 #: The values :func:`dequantize` gives, by index (float32): read from here eagerly, where a
-#: lookup is one pass, computed by :func:`_decode` under ``torch.compile``, where it fuses.
+#: lookup is one pass, and on GPUs, computed by :func:`_decode` when compiled for the CPU,
+#: where it fuses.
 _TABLES = {bits: _decoded_table(bits) for bits in BITS}
 
 
@@ -252,7 +253,9 @@ def dequantize(stored: Quantized, bits: int = 8, block_size: int | None = None
     if bits == 4:
         indices = torch.stack([indices >> 4, indices & 15], dim=-1).view(indices.shape[0], -1)
     unsigned = torch.signbit(stored.scales)[:, None]
-    if torch.compiler.is_compiling():
+    # Compiled for the CPU the selects fuse into the loop; Triton would contract
+    # ``offset + slope * rank`` into one rounding (FMA) and differ from the table by an ulp.
+    if torch.compiler.is_compiling() and indices.is_cpu:
         values = _decode(indices.to(torch.float32), unsigned, bits)
     else:
         table = torch.tensor(_TABLES[bits], dtype=torch.float32, device=indices.device)

@@ -66,7 +66,7 @@ def params_leaves(params: Any, spec: Any, updates: Any, name: str) -> tm.Leaves:
 
 def store(buffers: tm.Leaves, values: tm.Leaves, inplace: bool) -> tm.Leaves:
     """The new state buffers: ``values``, or ``buffers`` overwritten with them when in place."""
-    if inplace and buffers is not values:
+    if inplace and _other_tensors(buffers, values):
         return tm.copy_(buffers, values)
     return values
 
@@ -76,9 +76,15 @@ def emit(updates: tm.Leaves, results: tm.Leaves, inplace: bool) -> tm.Leaves:
 
     Results of another dtype than the incoming updates (a promotion) are returned as they are.
     """
-    if inplace and results is not updates and tm.same_dtypes(updates, results):
+    if inplace and _other_tensors(results, updates) and tm.same_dtypes(updates, results):
         return tm.copy_(updates, results)
     return results
+
+
+def _other_tensors(xs: tm.Leaves, ys: tm.Leaves) -> bool:
+    """Whether the aligned lists hold other tensors (leaf by leaf: Dynamo in torch 2.11
+    cannot trace ``is not`` between two lists)."""
+    return any(x is not y for x, y in zip(xs, ys))
 
 
 def in_blocks(formula: Callable[..., Sequence[tm.Leaves]], updates: tm.Leaves,

@@ -27,8 +27,8 @@ def _decay_rate_pow(i: Scalar, exponent: Scalar = 0.8) -> torch.Tensor:
     """Adafactor's second-moment decay ``1 - (i + 1) ** -exponent``, in float32 as in Optax."""
     # The float32 power is taken in float64 and rounded once, which reproduces XLA's correctly
     # rounded float32 ``pow`` (torch's float32 ``pow`` can be one ulp off).
-    step = torch.as_tensor(i + 1).to(torch.float32).to(torch.float64)
-    power = step ** torch.as_tensor(-exponent, dtype=torch.float32).to(torch.float64)
+    step = bb.as_tensor(i + 1).to(torch.float32).to(torch.float64)
+    power = step ** bb.as_tensor(-exponent, torch.float32, step.device).to(torch.float64)
     return 1.0 - power.to(torch.float32)
 
 

@@ -37,7 +37,7 @@ Scalar = Union[float, torch.Tensor]
 
 def _as_scalar(value: Any, what: str = "value_fn") -> torch.Tensor:
     """``value`` as a 0-d tensor, or a clear error if it holds more than one number."""
-    value = torch.as_tensor(value)
+    value = bb.as_tensor(value)
     if value.numel() != 1:
         raise ValueError(f"{what} must return a scalar, got a tensor of shape "
                          f"{tuple(value.shape)}.")
@@ -890,7 +890,7 @@ def value_and_grad_from_state(
         if value is None or grad is None:
             raise ValueError("Value or gradient not found in the state. Make sure that these "
                              "values are stored in the state by the optimizer.")
-        if bool(torch.isfinite(torch.as_tensor(value))):
+        if bool(torch.isfinite(bb.as_tensor(value))):
             return value, grad
         return _value_and_grad(value_fn, params, *fn_args, **fn_kwargs)
 

@@ -109,7 +109,8 @@ def safe_increment(count: torch.Tensor) -> torch.Tensor:
       >>> optax.safe_increment(count)
       tensor([         1, 2147483647], dtype=torch.int32)
     """
-    count = torch.as_tensor(count)
+    # A tensor keeps its device (``torch.as_tensor`` would move it to the default device).
+    count = count if isinstance(count, torch.Tensor) else torch.as_tensor(count)
     if count.dtype.is_floating_point:
         max_value = torch.finfo(count.dtype).max
     elif count.dtype in (torch.bool, torch.complex64, torch.complex128):

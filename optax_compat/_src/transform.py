@@ -1822,8 +1822,7 @@ def scale_by_polyak(
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         squared_norm = tm.sum_of_squares(gs)
-        gap = torch.as_tensor(value - f_min).to(device=squared_norm.device,
-                                                 dtype=squared_norm.dtype)
+        gap = bb.as_tensor(value - f_min, squared_norm.dtype, squared_norm.device)
         if variant == "sps+":
             gap = torch.relu(gap)
         denominator = squared_norm + eps

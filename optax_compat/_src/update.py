@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from optax_compat._runtime import none_gradients, tree_math
+from optax_compat._runtime.numbers import as_tensor
 from optax_compat._src import base
 
 
@@ -100,7 +101,7 @@ def periodic_update(new_tensors: base.Params, old_tensors: base.Params,
       >>> optax.periodic_update(new, old, steps=4, update_period=2)["w"]
       tensor([1., 2.])
     """
-    refresh = torch.as_tensor(steps) % update_period == 0
+    refresh = as_tensor(steps) % update_period == 0
     new_leaves, spec = tree_math.flatten(new_tensors)
     old_leaves = tree_math.leaves_like(old_tensors, spec, "old_tensors", reference=new_tensors)
     return tree_math.unflatten(spec, tree_math.where(refresh, new_leaves, old_leaves))

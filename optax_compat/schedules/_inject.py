@@ -38,7 +38,8 @@ def _convert_floats(value: Any, dtype: torch.dtype, *, weak_tensors: bool) -> An
         return value.to(dtype) if weak else value
     if isinstance(value, float) or (isinstance(value, (np.ndarray, np.floating))
                                     and np.issubdtype(value.dtype, np.floating)):
-        return torch.as_tensor(value, dtype=dtype)
+        # On the CPU, whatever the default device: _on_device_of moves it to the params'.
+        return torch.as_tensor(value, dtype=dtype, device="cpu")
     return value
 
 
@@ -197,9 +198,11 @@ def inject_hyperparams(
             hyperparams = {name: bb.as_weak(_on_device_of(
                 count, _convert_floats(value, dtype, weak_tensors=False)))
                 for name, value in numeric.items()}
-            # A stateful schedule's ``init`` takes no params: its state moves to theirs.
-            schedule_states = {name: _on_device_of(count, schedule.init())
-                               for name, schedule in scheduled.items()}
+            # A stateful schedule's ``init`` takes no params: its state is built on theirs
+            # (the default device may be another) or moves there.
+            with torch.device(count.device):
+                schedule_states = {name: _on_device_of(count, schedule.init())
+                                   for name, schedule in scheduled.items()}
             hyperparams.update({
                 name: _on_device_of(count, _convert_floats(schedule(schedule_states[name]),
                                                            dtype, weak_tensors=True))

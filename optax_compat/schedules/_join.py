@@ -49,7 +49,7 @@ def join_schedules(schedules: Sequence[base.Schedule],
             # result is weak only if both are.
             dtype = bb.result_dtype(output, other)
             weak = bb.is_weak(output) and bb.is_weak(other)
-            output = torch.where(torch.as_tensor(step) < boundary,
+            output = torch.where(bb.as_tensor(step) < boundary,
                                  bb.as_weak(output).to(dtype), bb.as_weak(other).to(dtype))
             output = output if weak else bb.as_strong(output)
         return output

@@ -27,7 +27,7 @@ _logger = logging.getLogger(__name__)
 
 def _as_float(count: Count) -> torch.Tensor:
     """The count in JAX's default float (what ``jnp.pi * count`` computes in)."""
-    return torch.as_tensor(count).to(bb.default_float())
+    return bb.as_tensor(count).to(bb.default_float())
 
 
 def _as_count(count: Count) -> torch.Tensor:
@@ -37,7 +37,7 @@ def _as_count(count: Count) -> torch.Tensor:
     gives float32 as ``jnp`` does in either mode; a Python int or an int64 count divides in JAX's
     default float.
     """
-    tensor = torch.as_tensor(count)
+    tensor = bb.as_tensor(count)
     if tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
         return tensor
     return tensor.to(bb.default_float()) if not tensor.is_floating_point() else tensor

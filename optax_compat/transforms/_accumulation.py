@@ -282,8 +282,8 @@ class MultiStepsState(NamedTuple):
 
 def _never_skip(updates: base.Updates, gradient_step: torch.Tensor,
                 params: base.Params | None) -> tuple[torch.Tensor, base.ArrayTree]:
-    del updates, gradient_step, params
-    return torch.tensor(False), ()
+    del updates, params
+    return torch.tensor(False, device=gradient_step.device), ()
 
 
 class MultiSteps:

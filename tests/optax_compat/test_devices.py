@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import optax_compat as ox
+from optax_compat import testing
 from optax_compat._runtime import tree_math as tm
 
 COMBINATORS = {
@@ -42,3 +43,40 @@ def test_combinator_state_is_created_and_kept_on_the_params_device(name: str) ->
     for _ in range(2):
         updates, state = tx.update(params, state, params)
         assert off_device((updates, state), "meta") == []
+
+
+ALIASES = ("adabelief", "adadelta", "adafactor", "adagrad", "adam", "adamax", "adamaxw", "adamw",
+           "adan", "amsgrad", "fromage", "lamb", "lars", "lion", "nadam", "nadamw", "noisy_sgd",
+           "novograd", "optimistic_adam_v2", "optimistic_gradient_descent", "polyak_sgd",
+           "radam", "rmsprop", "rprop", "sgd", "sign_sgd", "signum", "sm3", "yogi")
+ELSEWHERE = {
+    **{name: (lambda name=name: getattr(ox, name)(0.1)) for name in ALIASES},
+    "sgd_momentum": lambda: ox.sgd(0.1, momentum=0.9),
+    "muon": lambda: ox.contrib.muon(0.1),
+    **COMBINATORS,
+    "quantize_state": lambda: ox.memory.quantize_state(ox.adamw(0.1), min_size=4),
+    "cast_state": lambda: ox.memory.cast_state(ox.adamw(0.1), torch.bfloat16),
+    "kahan_summation": lambda: ox.chain(ox.adamw(0.1), ox.memory.kahan_summation()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELSEWHERE))
+def test_state_and_updates_stay_on_the_params_device_whatever_the_default_device(name):
+    """Under ``torch.set_default_device`` (here ``with torch.device("meta")``) the state and the
+    updates stay on the params' device, with the numbers of a step under the params' own
+    default, as torch.optim's do. ``torch.as_tensor(count)`` there copied the count to the
+    default device (and failed to copy it out of ``meta`` on CUDA); ``torch.tensor(x)``
+    created scalars there."""
+    with torch.device("cpu"):  # whatever the test device
+        params = {"w": torch.linspace(-1, 1, 12).reshape(4, 3), "b": torch.full((3,), 0.5)}
+        extra = {"value": torch.tensor(1.0)} if name == "polyak_sgd" else {}
+    results = []
+    for default in ("meta", "cpu"):
+        tx = ELSEWHERE[name]() if name != "noisy_sgd" else ox.noisy_sgd(0.1, key=0)
+        with torch.device(default):
+            state = tx.init(params)
+            for _ in range(2):
+                updates, state = tx.update(params, state, params, **extra)
+        assert off_device((updates, state), "cpu") == [], default
+        results.append(updates)
+    testing.assert_trees_all_close(*results, rtol=0, atol=0)

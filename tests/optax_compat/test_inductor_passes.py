@@ -79,7 +79,8 @@ def test_divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does():
     rewrite, which gives jitted Optax's numbers bit for bit and takes the divisions out of the
     loop; a division by a value of the dividend's own size stays a division."""
     jax = pytest.importorskip("jax")
-    args = (torch.randn(64, 32), torch.rand(64) + 0.5, torch.tensor(3.0))
+    with torch.device("cpu"):  # the pass runs on graphs for the CPU's C++ code
+        args = (torch.randn(64, 32), torch.rand(64) + 0.5, torch.tensor(3.0))
     module = make_fx(_divisions, tracing_mode="fake")(*args)
     inductor_passes.HoistScalars()(module.graph)
     module.recompile()
@@ -90,7 +91,7 @@ def test_divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does():
     assert hoisted == {torch.ops.aten.reciprocal.default}
     jitted = jax.jit(lambda x, rows, count: (x / (count * 0.5 + 1.0), x / rows[:, None],
                                              x / (jax.numpy.abs(x) + 1.0)))
-    expected = [torch.from_numpy(np.array(y)) for y in jitted(*(a.numpy() for a in args))]
+    expected = [torch.from_numpy(np.array(y)) for y in jitted(*(a.cpu().numpy() for a in args))]
     for got, jax_value in zip(module(*args), expected, strict=True):
         torch.testing.assert_close(got, jax_value, rtol=0, atol=0)
     # An exact division by a broadcast value rounds otherwise.
@@ -134,14 +135,15 @@ def warnings_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
 def _sm3_params(compile_with: str | None) -> tuple[list[torch.Tensor], list[str]]:
     """The params after two stacked SM3 steps compiled with ``compile_with`` (``None``:
     eagerly), and the messages of the warnings the fused step issued."""
-    generator = torch.Generator().manual_seed(0)
-    params = {"b": torch.randn(5, generator=generator),
-              **{f"w{i}": torch.randn(6, 5, generator=generator) for i in range(3)}}
+    generator = torch.Generator().manual_seed(0)  # on the CPU: the passes are C++ codegen's
+    params = {"b": torch.randn(5, generator=generator, device="cpu"),
+              **{f"w{i}": torch.randn(6, 5, generator=generator, device="cpu")
+                 for i in range(3)}}
     step = optax_compat.fused_step(optax_compat.sm3(1e-2), params, backend=compile_with)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
-            step({name: torch.randn(p.shape, generator=generator)
+            step({name: torch.randn(p.shape, generator=generator, device="cpu")
                   for name, p in params.items()})
     ours = [str(w.message) for w in caught if "optax_compat.fused_step" in str(w.message)]
     return list(params.values()), ours

@@ -72,7 +72,8 @@ def foreach(op: str, *args: Any, **kwargs: Any) -> Any:
 
 def is_batched(xs: Sequence[Any]) -> bool:
     """Whether the leaves run under ``torch.func.vmap`` (read on the first one)."""
-    return bool(xs) and isinstance(xs[0], torch.Tensor) and _is_batched_tensor(xs[0])
+    # ``len``, not ``bool(xs)``: Dynamo in torch 2.11 cannot trace ``bool`` of a list.
+    return len(xs) > 0 and isinstance(xs[0], torch.Tensor) and _is_batched_tensor(xs[0])
 
 
 _is_batched_tensor = torch._C._functorch.is_batchedtensor
@@ -177,7 +178,7 @@ def _cpu_tensor_scalar(scalar: Any, xs: Leaves) -> Any:
     dtypes = set(attributes("dtype", xs))
     if len(dtypes) != 1 or not dtypes <= _OWN_PRECISION_DTYPES or not all(attributes("is_cpu", xs)):
         return scalar
-    return torch.tensor(scalar, dtype=xs[0].dtype)
+    return torch.tensor(scalar, dtype=xs[0].dtype, device="cpu")  # whatever the default
 
 
 def widest_real_dtype(xs: Leaves) -> torch.dtype:

@@ -121,10 +121,26 @@ def same_structure(a: optree.PyTreeSpec, b: optree.PyTreeSpec) -> bool:
     """``a == b``. While Dynamo traces, two nodes whose children are all leaves are compared
     as nodes; Dynamo's optree substitute otherwise compares them leaf by leaf."""
     if _is_traced_one_level(a) and _is_traced_one_level(b):
-        return (a.type is b.type and a.num_leaves == b.num_leaves
-                and a.none_is_leaf == b.none_is_leaf and a.namespace == b.namespace
-                and a._metadata == b._metadata and a._entries == b._entries)
+        return _same_node(a, b)
+    if _is_traced(a) and _is_traced(b):
+        return _same_traced_structure(a, b)
     return a == b
+
+
+def _same_node(a: Any, b: Any) -> bool:
+    """Whether two structures of Dynamo's optree substitute have the same root node."""
+    return (a.type is b.type and a.num_leaves == b.num_leaves
+            and a.none_is_leaf == b.none_is_leaf and a.namespace == b.namespace
+            and a._metadata == b._metadata and a._entries == b._entries)
+
+
+def _same_traced_structure(a: Any, b: Any) -> bool:
+    """``a == b`` for structures of Dynamo's optree substitute, node by node: its own ``==``
+    (a dataclass's) compares the nodes' unflatten functions, which Dynamo in torch 2.11
+    cannot trace."""
+    return (_same_node(a, b) and a.num_nodes == b.num_nodes
+            and len(a._children) == len(b._children)
+            and all(_same_traced_structure(x, y) for x, y in zip(a._children, b._children)))
 
 
 def leaves(tree: Any) -> Leaves:
@@ -269,8 +285,12 @@ def _traced_node_of_tensors(tree: Any, none_is_leaf: bool) -> tuple[Any, ...] | 
 def _is_traced_one_level(spec: Any) -> bool:
     """Whether Dynamo is tracing and ``spec`` is a structure of its optree substitute with two
     or more children, all leaves (a leaf is the one node with a leaf and no children)."""
-    return (torch.compiler.is_dynamo_compiling() and type(spec) is _substitute_spec_type()
-            and spec.num_leaves > 1 and spec.num_nodes == spec.num_leaves + 1)
+    return _is_traced(spec) and spec.num_leaves > 1 and spec.num_nodes == spec.num_leaves + 1
+
+
+def _is_traced(spec: Any) -> bool:
+    """Whether Dynamo is tracing and ``spec`` is a structure of its optree substitute."""
+    return torch.compiler.is_dynamo_compiling() and type(spec) is _substitute_spec_type()
 
 
 def _substitute_spec_type() -> type | None:
