@@ -55,6 +55,9 @@ the blocks the previous step freed adds no resident pages, yet allocates). XLA's
 are not PyTorch's, so the Optax column is XLA's own account of the compiled step
 (``memory_analysis()``: temporaries plus outputs that do not reuse an input). The profiled step
 is not timed; it is skipped (a dash) when the first step took more than a tenth of the budget.
+On a GPU (``--device cuda``) every tensor lives there, each timed step ends with
+``torch.cuda.synchronize()``, Optax runs on JAX's GPU, and the peak is the CUDA caching
+allocator's own (``max_memory_allocated``) over the third step.
 
 Time budget: each implementation's setup (first step, compilation included, and the memory
 step) must end within ``--budget`` seconds or the cell is skipped and marked ``>Ns``. Compilers
@@ -95,6 +98,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import _checkout  # noqa: F401  (before optax_compat: see its docstring)
+import bench_step
 import torch
 from _results import write_markdown
 from bench_step import (
@@ -111,6 +115,7 @@ from bench_step import (
     sample_times,
     shapes_for,
     streaming_step,
+    synchronize,
     torch_step,
     torchopt_inplace_step,
     update_inplace,
@@ -343,8 +348,10 @@ def streaming_bandwidth() -> float:
     step = streaming_step(STREAM_ELEMENTS)
     times = []
     for _ in range(7):
+        synchronize()
         start = time.perf_counter()
         step()
+        synchronize()
         times.append(time.perf_counter() - start)
     return STREAMING_BYTES_PER_ELEMENT * STREAM_ELEMENTS / statistics.median(times[1:])
 
@@ -368,6 +375,16 @@ def peak_bytes(step: Step) -> int:
     whose frees are of blocks the first allocated.
     """
     prepare = getattr(step, "prepare", lambda: None)
+    if bench_step.DEVICE.type == "cuda":  # the caching allocator counts its own peak
+        prepare()
+        step()
+        prepare()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - start
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as profiler:
         prepare()
@@ -527,7 +544,8 @@ def worker_command(args: argparse.Namespace, size: str, optimizers: list[str],
                "--optimizers", ",".join(optimizers), "--skip", ",".join(sorted(skip)),
                "--scale", str(args.scale), "--repeats", str(args.repeats),
                "--warmup", str(args.warmup), "--budget", str(args.budget),
-               "--threads", str(args.threads), "--implementations", args.implementations]
+               "--threads", str(args.threads), "--implementations", args.implementations,
+               "--device", args.device]
     return command + (["--keep-freed-memory"] if args.keep_freed_memory else [])
 
 
@@ -621,6 +639,9 @@ def run_model(args: argparse.Namespace, size: str, results: Results,
             elif "cell" in message:
                 cell = message["cell"]
                 results.row(size, cell["optimizer"])["cells"][cell["implementation"]] = cell
+                if cell["status"] == "error":  # now: a run cut short keeps the reason
+                    print(f"{size} {cell['optimizer']} {cell['implementation']}: "
+                          f"{cell['error']}", flush=True)
                 current, deadline = None, math.inf
             else:
                 row = results.row(size, message["row"]["optimizer"])
@@ -782,7 +803,8 @@ def main() -> None:
         return "".join(f"{cell:>{width}}" if index > 1 else f"{cell:<{width}}"
                        for index, (cell, width) in enumerate(zip(cells, widths)))
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; median "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
+          f"{args.device}; median "
           f"of {args.repeats} interleaved steps after {args.warmup}; budget {args.budget:g} s "
           f"per cell; ms (* another variant of the algorithm, ~ fewer steps: budget)")
     print(line(results.time_columns()), flush=True)

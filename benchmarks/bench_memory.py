@@ -40,6 +40,7 @@ from bench_step import (
     random_tensors,
     sample_times,
     shapes_for,
+    use_device,
 )
 
 import optax_compat as optax
@@ -300,12 +301,15 @@ def main() -> None:
     parser.add_argument("--first-cpu", type=int, default=0)
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="keep freed memory in the process (see bench_step.keep_freed_memory)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the speed part's tensors live and its steps run")
     add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
         limit_threads(args.threads, args.first_cpu)
     if args.keep_freed_memory:
         keep_freed_memory()
+    use_device(args.device)
     tables = []
     parts = args.parts.split(",")
     if "bytes" in parts:

@@ -50,6 +50,24 @@ MOMENTUM = 0.9
 
 Step = Callable[[], None]
 Setup = Callable[[list[tuple[int, int]]], Step]
+# The device every benchmark builds its tensors on (``--device``; see :func:`use_device`).
+DEVICE = torch.device("cpu")
+
+
+def use_device(device: str | torch.device) -> None:
+    """Builds the benchmarks' tensors on ``device`` from now on (the same values as on the CPU:
+    they are drawn there and copied), and times steps on it (:func:`synchronize`)."""
+    global DEVICE
+    DEVICE = torch.device(device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: torch {torch.__version__} sees no CUDA GPU")
+
+
+def synchronize() -> None:
+    """Waits for the work queued on :data:`DEVICE` (a no-op on the CPU), so that a wall-clock
+    interval around a step holds the step's kernels, not only their launches."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def shapes_for(total: int, count: int) -> list[tuple[int, int]]:
@@ -61,7 +79,7 @@ def shapes_for(total: int, count: int) -> list[tuple[int, int]]:
 
 def random_tensors(shapes: list[tuple[int, int]], seed: int) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=generator) for shape in shapes]
+    return [torch.randn(shape, generator=generator).to(DEVICE) for shape in shapes]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,8 +300,9 @@ def jitted_step(tx: Any, shapes: list[tuple[int, int]],
     import jax.numpy as jnp
     import optax
 
-    params = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 0)]
-    grads = [jnp.asarray(t.numpy()) for t in random_tensors(shapes, 1)]
+    device = jax.devices("gpu" if DEVICE.type == "cuda" else "cpu")[0]
+    params = [jax.device_put(t.cpu().numpy(), device) for t in random_tensors(shapes, 0)]
+    grads = [jax.device_put(t.cpu().numpy(), device) for t in random_tensors(shapes, 1)]
     kwargs = {key: jnp.asarray(value) for key, value in (extra_args or {}).items()}
 
     def update(params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
@@ -337,7 +356,7 @@ def streaming_step(total: int) -> Step:
     its "bandwidth" is about two thirds of what the bus gives an in-place step (measured on
     this machine over 256 MiB, 1 thread: copy 17-22 GB/s, in-place add 24-36 GB/s).
     """
-    a, b = torch.randn(total), torch.randn(total)
+    a, b = torch.randn(total, device=DEVICE), torch.randn(total, device=DEVICE)
     return lambda: a.add_(b)  # values grow by |b| per call: no overflow in any run
 
 
@@ -377,8 +396,10 @@ def sample_times(steps: dict[str, Step], repeats: int, warmup: int,
             getattr(step, "prepare", lambda: None)()
             gc.disable()
             try:
+                synchronize()
                 start = time.perf_counter()
                 step()
+                synchronize()
                 elapsed = time.perf_counter() - start
             finally:
                 gc.enable()
@@ -414,6 +435,8 @@ def add_step_options(parser: argparse.ArgumentParser, *, sizes: str, optimizers:
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="tell glibc malloc to keep freed memory instead of returning it "
                              "to the OS (see keep_freed_memory)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the tensors live and the steps run (cpu, cuda, cuda:1)")
     add_markdown_option(parser)
 
 
@@ -438,6 +461,7 @@ def parse_step_options(parser: argparse.ArgumentParser) -> argparse.Namespace:
         limit_threads(args.threads, args.first_cpu)
     if args.keep_freed_memory:
         keep_freed_memory()
+    use_device(args.device)
     return args
 
 
@@ -446,7 +470,7 @@ def main() -> None:
     add_step_options(parser, sizes="a,b,c", optimizers=OPTIMIZERS, repeats=20, warmup=3)
     args = parse_step_options(parser)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, {DEVICE}; "
           f"median of {args.repeats} alternated steps after {args.warmup} warm-up rounds; "
           f"glibc keeps freed memory: {args.keep_freed_memory}")
     header = f"{'size':<6}{'optimizer':<11}{'implementation':<22}{'ms':>10}{'x foreach':>11}"
