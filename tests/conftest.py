@@ -98,9 +98,11 @@ def _torch_configs() -> dict[str, dict]:
     return {name: sys.modules[name].get_config_copy() for name in names if name in sys.modules}
 
 
-# Variables that pytest or torch itself set, once, on first use (Inductor's default cache folder).
+# Variables that pytest or torch itself set, once, on first use (Inductor's default cache folder;
+# on CUDA, Triton's cache folder and ptxas, set by Inductor's first Triton compilation).
 _OWN_ENVIRONMENT = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR",
-                              "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"})
+                              "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "TRITON_CACHE_DIR",
+                              "TRITON_PTXAS_PATH"})
 
 
 def _global_state() -> dict[str, object]:
