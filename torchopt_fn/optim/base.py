@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -171,6 +172,9 @@ class HyperparameterOptimizer(Optimizer):
         self._tensors: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         # Per group: its entries at its first fused step, and those that are tensors since.
         self._moving: dict[int, tuple[dict[str, Any], set[str]]] = {}
+        # Per group: the entries, placement and step functions of its last call, returned
+        # again while they hold (a step's Python cost is paid once per change).
+        self._last: dict[int, tuple[dict[str, Any], tuple[Any, ...], Any]] = {}
         super().__init__(params, self._build(**arguments)[0], fused=fused)
 
     def initial_defaults(self) -> dict[str, Any]:
@@ -190,8 +194,15 @@ class HyperparameterOptimizer(Optimizer):
 
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
             optax_compat.GradientTransformationExtraArgs, StepFn | None]:
-        values = {name: group[name] for name in self._hyperparameters}
-        if self.group_is_fused(group):
+        names = self._hyperparameters
+        values = dict(zip(names, map(group.__getitem__, names)))
+        fused = self.group_is_fused(group)
+        params = group["params"]
+        placement = (fused, params[0].device if params else None, _promoted_dtype(params))
+        last = self._last.get(id(group))
+        if last is not None and last[1] == placement and last[0] == values:
+            return last[2]
+        if fused:
             # The tensors stand in the key by identity (new ones, for parameters moved to
             # another device or dtype, rebuild the transformation around them) and their
             # values by their signs.
@@ -206,6 +217,8 @@ class HyperparameterOptimizer(Optimizer):
         if built is None or built[0] != key:
             impl, fused_step = self._build(**values, **self._options)
             built = self._built[id(group)] = (key, to_optax(impl), fused_step)
+        self._last[id(group)] = ({name: group[name] for name in names}, placement,
+                                 (built[1], built[2]))
         return built[1], built[2]
 
     def _moving_entries(self, group: Mapping[str, Any], values: Mapping[str, Any]) -> set[str]:
@@ -229,7 +242,7 @@ class HyperparameterOptimizer(Optimizer):
         numeric = {name: value for name, value in values.items() if _is_numeric(value)}
         if not params or not numeric:
             return {}
-        dtype = functools.reduce(torch.promote_types, {p.dtype for p in params}, torch.float32)
+        dtype = _promoted_dtype(params)
         tensors, filled = self._tensors.get(id(group), ({}, {}))
         first = tree_math.leaves(tensors)[0] if tensors else None
         if first is None or (first.device, first.dtype) != (params[0].device, dtype) or (
@@ -246,7 +259,15 @@ class HyperparameterOptimizer(Optimizer):
     def __getstate__(self) -> dict[str, Any]:
         """Pickles the constructor's arguments too (the built transformations are rebuilt)."""
         return {**super().__getstate__(), "_hyperparameters": self._hyperparameters,
-                "_options": self._options, "_built": {}, "_tensors": {}, "_moving": {}}
+                "_options": self._options, "_built": {}, "_tensors": {}, "_moving": {},
+                "_last": {}}
+
+
+def _promoted_dtype(params: Sequence[torch.Tensor]) -> torch.dtype:
+    """The dtype eager arithmetic takes a Python number in beside ``params``: float32 for
+    float32, bfloat16 and float16 ones, float64 for float64 ones."""
+    return functools.reduce(torch.promote_types, set(map(operator.attrgetter("dtype"), params)),
+                            torch.float32)
 
 
 def _is_numeric(value: Any) -> bool:
