@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import optax_compat as ox
+import torchopt_fn
 from optax_compat import testing
 from optax_compat._runtime import tree_math as tm
 
@@ -80,3 +81,42 @@ def test_state_and_updates_stay_on_the_params_device_whatever_the_default_device
         assert off_device((updates, state), "cpu") == [], default
         results.append(updates)
     testing.assert_trees_all_close(*results, rtol=0, atol=0)
+
+
+def _tiny_model() -> torch.nn.Module:
+    with torch.device("cpu"), torch.random.fork_rng():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+
+
+OPTIMIZERS = {
+    "TorchOptimizer sgd": lambda ps: ox.TorchOptimizer(ps, ox.sgd(0.1, momentum=0.9)),
+    "TorchOptimizer adamw": lambda ps: ox.TorchOptimizer(ps, ox.adamw(0.1)),
+    "TorchOptimizer adamw fused": lambda ps: ox.TorchOptimizer(ps, ox.adamw(0.1), fused=True,
+                                                               fused_backend=None),
+    "TorchOptimizer 8-bit": lambda ps: ox.TorchOptimizer(
+        ps, ox.memory.quantize_state(ox.adamw(0.1), min_size=4)),
+    "torchopt_fn Adam": lambda ps: torchopt_fn.Adam(ps, lr=0.1),
+    "torchopt_fn Adam fused": lambda ps: torchopt_fn.Adam(ps, lr=0.1, fused=True),
+    "torchopt_fn SGD": lambda ps: torchopt_fn.SGD(ps, lr=0.1, momentum=0.9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_steps_keep_to_the_params_device_whatever_the_default_device(name):
+    """``step()`` under another default device (as ``torch.set_default_device`` sets) keeps
+    the state on the parameters' device and gives the numbers of a step without it, as
+    torch.optim's optimizers do."""
+    models = [_tiny_model(), _tiny_model()]
+    optimizers = [OPTIMIZERS[name](model.parameters()) for model in models]
+    with torch.device("cpu"):
+        x = torch.linspace(-1, 1, 8).reshape(2, 4)
+    for _ in range(3):
+        for model, optimizer, default in zip(models, optimizers, ("meta", "cpu"), strict=True):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            with torch.device(default):
+                optimizer.step()
+    assert off_device([dict(state) for state in optimizers[0].state.values()], "cpu") == []
+    testing.assert_trees_all_close(list(models[0].parameters()), list(models[1].parameters()),
+                                   rtol=0, atol=0)
