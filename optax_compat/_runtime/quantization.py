@@ -175,9 +175,9 @@ def _decoded_table(bits: int) -> tuple[float, ...]:
     return tuple(_decode(indices, unsigned, bits).tolist())
 
 
-#: The values :func:`dequantize` gives, by index (float32): read from here eagerly, where a
-#: lookup is one pass, and on GPUs, computed by :func:`_decode` when compiled for the CPU,
-#: where it fuses.
+#: The values :func:`dequantize` gives, by index (float32): read from here eagerly (a lookup is
+#: one pass) and when compiled for a GPU; computed by :func:`_decode` when compiled for the CPU,
+#: where its selects fuse into the loop.
 _TABLES = {bits: _decoded_table(bits) for bits in BITS}
 
 
