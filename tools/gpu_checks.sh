@@ -15,6 +15,17 @@
 #
 #   tools/gpu_checks.sh OUT_DIR
 #
+# A machine without registry access (the device machines lent here) gets what its image lacks
+# as wheels, downloaded beside the repository for its Python and carried there:
+#
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+#     --platform manylinux_2_17_x86_64 -d .whl \
+#     optree==0.20.0 optax==0.2.8 torchao==0.18.0 bitsandbytes==0.50.2
+#   # there:
+#   pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   PYTHONPATH=/tmp/site tools/gpu_checks.sh "$OUT"
+#
 # Environment: PYTHON (default python3); TESTS_SECONDS, BENCH_SECONDS, MEMORY_SECONDS bound
 # the three parts (default 170, 120, 150 s: tests, bench_all, bench_memory); WORKERS, pytest's -n (default 12).
 # Exit status: 0; each part's own status is in its log (a part that fails does not stop the rest).
