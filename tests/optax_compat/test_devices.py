@@ -47,11 +47,12 @@ def test_combinator_state_is_created_and_kept_on_the_params_device(name: str) ->
 
 
 ALIASES = ("adabelief", "adadelta", "adafactor", "adagrad", "adam", "adamax", "adamaxw", "adamw",
-           "adan", "amsgrad", "fromage", "lamb", "lars", "lion", "nadam", "nadamw", "noisy_sgd",
-           "novograd", "optimistic_adam_v2", "optimistic_gradient_descent", "polyak_sgd",
-           "radam", "rmsprop", "rprop", "sgd", "sign_sgd", "signum", "sm3", "yogi")
+           "adan", "amsgrad", "fromage", "lamb", "lars", "lion", "nadam", "nadamw", "novograd",
+           "optimistic_adam_v2", "optimistic_gradient_descent", "polyak_sgd", "radam",
+           "rmsprop", "rprop", "sgd", "sign_sgd", "signum", "sm3", "yogi")
 ELSEWHERE = {
     **{name: (lambda name=name: getattr(ox, name)(0.1)) for name in ALIASES},
+    "noisy_sgd": lambda: ox.noisy_sgd(0.1, key=0),  # the same noise in both runs
     "sgd_momentum": lambda: ox.sgd(0.1, momentum=0.9),
     "muon": lambda: ox.contrib.muon(0.1),
     **COMBINATORS,
@@ -73,7 +74,7 @@ def test_state_and_updates_stay_on_the_params_device_whatever_the_default_device
         extra = {"value": torch.tensor(1.0)} if name == "polyak_sgd" else {}
     results = []
     for default in ("meta", "cpu"):
-        tx = ELSEWHERE[name]() if name != "noisy_sgd" else ox.noisy_sgd(0.1, key=0)
+        tx = ELSEWHERE[name]()
         with torch.device(default):
             state = tx.init(params)
             for _ in range(2):

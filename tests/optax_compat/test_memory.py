@@ -418,24 +418,20 @@ def test_dtensor_leaves_are_stored_shard_by_shard():
                             timeout=datetime.timedelta(seconds=30))
     try:
         with torch.device("cpu"):  # gloo's mesh: the CPU's tensors, whatever the test device
-            _check_shard_by_shard(init_device_mesh("cpu", (1,)), distribute_tensor, Shard)
+            mesh = init_device_mesh("cpu", (1,))
+            plain = _params()
+
+            def shard(tree):
+                return optree.tree_map(lambda p: distribute_tensor(p, mesh, [Shard(0)]), tree)
+
+            sharded = shard(plain)
+            for wrapper in ("8-bit", "4-bit", "bf16"):
+                params, state = _run(WRAPPERS[wrapper](optax.adamw(1e-2)), params=sharded,
+                                     grads=lambda step: shard(_grads(step)))
+                reference, _ = _run(WRAPPERS[wrapper](optax.adamw(1e-2)), params=plain)
+                assert isinstance(params["w"], type(sharded["w"]))
+                testing.assert_trees_all_close(optree.tree_map(lambda p: p.full_tensor(), params),
+                                               reference)
+                assert any(isinstance(x, type(sharded["w"])) for x in optree.tree_leaves(state))
     finally:
         dist.destroy_process_group()
-
-
-def _check_shard_by_shard(mesh, distribute_tensor, shard_placement):
-    plain = _params()
-
-    def shard(tree):
-        return optree.tree_map(lambda p: distribute_tensor(p, mesh, [shard_placement(0)]),
-                               tree)
-
-    sharded = shard(plain)
-    for wrapper in ("8-bit", "4-bit", "bf16"):
-        params, state = _run(WRAPPERS[wrapper](optax.adamw(1e-2)), params=sharded,
-                             grads=lambda step: shard(_grads(step)))
-        reference, _ = _run(WRAPPERS[wrapper](optax.adamw(1e-2)), params=plain)
-        assert isinstance(params["w"], type(sharded["w"]))
-        testing.assert_trees_all_close(optree.tree_map(lambda p: p.full_tensor(), params),
-                                       reference)
-        assert any(isinstance(x, type(sharded["w"])) for x in optree.tree_leaves(state))

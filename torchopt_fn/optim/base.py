@@ -195,19 +195,24 @@ class HyperparameterOptimizer(Optimizer):
     def _step_functions(self, group: Mapping[str, Any]) -> tuple[
             optax_compat.GradientTransformationExtraArgs, StepFn | None]:
         names = self._hyperparameters
-        values = dict(zip(names, map(group.__getitem__, names)))
+        entries = dict(zip(names, map(group.__getitem__, names)))
         fused = self.group_is_fused(group)
         params = group["params"]
-        placement = (fused, params[0].device if params else None, _promoted_dtype(params))
+        # A fused step's tensors live on the parameters' device, in their promoted dtype; an
+        # unfused step takes plain numbers, wherever the parameters are.
+        placement = (fused, *((params[0].device, _promoted_dtype(params)) if fused and params
+                              else (None, None)))
         last = self._last.get(id(group))
-        if last is not None and last[1] == placement and last[0] == values:
+        if last is not None and last[1] == placement and last[0] == entries:
             return last[2]
+        values = dict(entries)
         if fused:
             # The tensors stand in the key by identity (new ones, for parameters moved to
             # another device or dtype, rebuild the transformation around them) and their
             # values by their signs.
             tensors = self._hyperparameter_tensors(group, {
-                name: values[name] for name in self._moving_entries(group, values)})
+                name: values[name] for name in self._moving_entries(group, values)},
+                *placement[1:])
             key = tuple((id(tensors[name]), _signs(value)) if name in tensors else value
                         for name, value in values.items())
             values.update(tensors)
@@ -217,8 +222,7 @@ class HyperparameterOptimizer(Optimizer):
         if built is None or built[0] != key:
             impl, fused_step = self._build(**values, **self._options)
             built = self._built[id(group)] = (key, to_optax(impl), fused_step)
-        self._last[id(group)] = ({name: group[name] for name in names}, placement,
-                                 (built[1], built[2]))
+        self._last[id(group)] = (entries, placement, (built[1], built[2]))
         return built[1], built[2]
 
     def _moving_entries(self, group: Mapping[str, Any], values: Mapping[str, Any]) -> set[str]:
@@ -231,23 +235,22 @@ class HyperparameterOptimizer(Optimizer):
                       if name not in moving and value != first.get(name, value))
         return moving
 
-    def _hyperparameter_tensors(self, group: Mapping[str, Any], values: Mapping[str, Any]
+    def _hyperparameter_tensors(self, group: Mapping[str, Any], values: Mapping[str, Any],
+                                device: torch.device | None, dtype: torch.dtype | None
                                 ) -> dict[str, Any]:
         """The fused steps' tensors for the numeric ``values`` of ``group`` (a tuple of them
         for a tuple entry such as ``'betas'``), holding them now (those whose value changed
-        are filled). Each is 0-d, on the group's parameters' device, in the dtype eager
-        arithmetic takes a Python number in (float32 for float32, bfloat16 and float16
-        parameters, float64 for float64 ones)."""
-        params = group["params"]
+        are filled). Each is 0-d, on ``device`` (the group's parameters', ``None`` for a
+        group without any), in ``dtype``: the one eager arithmetic takes a Python number in
+        beside the parameters (:func:`_promoted_dtype`)."""
         numeric = {name: value for name, value in values.items() if _is_numeric(value)}
-        if not params or not numeric:
+        if device is None or not numeric:
             return {}
-        dtype = _promoted_dtype(params)
         tensors, filled = self._tensors.get(id(group), ({}, {}))
         first = tree_math.leaves(tensors)[0] if tensors else None
-        if first is None or (first.device, first.dtype) != (params[0].device, dtype) or (
+        if first is None or (first.device, first.dtype) != (device, dtype) or (
                 tensors.keys() != numeric.keys()):
-            tensors, filled = {name: _tensors_like(value, dtype, params[0].device)
+            tensors, filled = {name: _tensors_like(value, dtype, device)
                                for name, value in numeric.items()}, {}
             self._tensors[id(group)] = tensors, filled
         for name, value in numeric.items():
