@@ -32,7 +32,7 @@ A transformation in five lines (Optax's shape, run on foreach kernels)::
             return bb.zeros(params)
         def update(updates, state, params=None):
             gs, spec = tm.float_leaves(updates)
-            moments = bb.update_moment(bb.state_leaves(state, spec, updates, "state"), gs, decay)
+            moments = bb.moving_average(bb.state_leaves(state, spec, updates, "state"), gs, decay)
             return tm.unflatten(spec, moments), tm.unflatten(spec, moments)
         return base.GradientTransformation(init, update)
 """
@@ -69,7 +69,6 @@ from optax_compat._runtime.moments import (
     debias,
     first_moment,
     moving_average,
-    update_moment,
 )
 from optax_compat._runtime.none_gradients import (
     Pruning,

@@ -263,8 +263,8 @@ def _formula(hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: t
     Its bias corrections depend on the leaves' dtypes only, so blocks of leaves of one dtype
     (:func:`bb.in_blocks`) give the numbers of the whole lists.
     """
-    moments = bb.update_moment(mus, gs, hp.b1)
-    seconds = bb.update_moment(nus, tm.abs_sq(gs), hp.b2)
+    moments = bb.moving_average(mus, gs, hp.b1)
+    seconds = bb.moving_average(nus, tm.abs_sq(gs), hp.b2)
     mu_hats = bb.first_moment(moments, gs, hp.b1, count_inc, hp.nesterov)
     nu_hats = bb.debias(seconds, bb.bias_correction(hp.b2, count_inc, seconds))
     if hp.zero_where_mu_zero:
@@ -323,8 +323,8 @@ def _moments_and_denominators(
       ``k = sqrt(c2) / c1``.
     """
     b1, b2, eps, eps_root = hp.b1, hp.b2, hp.eps, hp.eps_root
-    new_mus = bb.moving_average(mus, gs, b1, inplace=inplace)
-    new_nus = bb.moving_average(nus, gs, b2, order=2, inplace=inplace)
+    new_mus = bb.moving_average(mus, gs, b1, inplace=inplace, convention="torch")
+    new_nus = bb.moving_average(nus, gs, b2, order=2, inplace=inplace, convention="torch")
     first = bb.bias_correction(b1, count_inc, gs)
     second = bb.bias_correction(b2, count_inc, gs)
     root_second = torch.sqrt(second)

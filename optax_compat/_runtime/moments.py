@@ -1,18 +1,16 @@
 """Moving averages and their bias corrections, shared by Adam and its relatives.
 
-Every moving average of the package is one of two functions here, one per order of operations:
-
-* :func:`update_moment`, Optax's ``tree.update_moment`` over lists of leaves: ``(1 - decay) *
-  value + decay * moment``, new leaves, with JAX's rounding (a decay is rounded to each
-  operand's dtype; moments of another dtype than the values promote);
-* :func:`moving_average`, ``decay * moment + (1 - decay) * value ** order`` as ``torch.optim``
-  computes it, the same bits in place and not (Adam's fast paths, Lion's, RMSProp's, TorchOpt's).
+Every moving average of the package is :func:`moving_average`, in Optax's order of operations
+(``convention="optax"``, Optax's ``tree.update_moment`` over lists of leaves) or in
+``torch.optim``'s (``"torch"``: Adam's fast paths, Lion's, RMSProp's, TorchOpt's).
 
 A correction ``1 - decay ** t`` is formed in the widest precision of the leaves before being
 cast to each leaf's dtype.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
@@ -22,59 +20,70 @@ from optax_compat._runtime.numbers import is_number, is_zero
 from optax_compat._src import numerics
 
 Scalar = tm.Scalar
+Convention = Literal["optax", "torch"]
 
 
-def update_moment(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf (Optax's ``tree.update_moment``).
+def moving_average(moments: tm.Leaves, values: tm.Leaves, decay: Scalar, *, order: int = 1,
+                   inplace: bool = False, convention: Convention = "optax") -> tm.Leaves:
+    """``decay * moment + (1 - decay) * value ** order`` per leaf: the package's moving average.
 
-    With a moment of another dtype than the values (``mu_dtype``) each product is computed in
-    its operand's dtype, ``decay`` being first rounded to it, as JAX does with a weakly typed
-    Python ``decay``; the sum then promotes. A tensor ``decay`` (a schedule's or an injected
-    hyperparameter's value) is rounded to each operand's dtype before ``1 - decay`` is taken,
-    as JAX multiplies an array in the operand's dtype.
+    The two conventions are the orders of operations of the two references whose bits the
+    package reproduces:
+
+    ``"optax"``
+      Optax's ``tree.update_moment``: ``(1 - decay) * value + decay * moment``, with JAX's
+      rounding. With a moment of another dtype than the values (``mu_dtype``) each product is
+      computed in its operand's dtype, ``decay`` being first rounded to it, as JAX does with a
+      weakly typed Python ``decay``; the sum then promotes. A tensor ``decay`` (a schedule's or
+      an injected hyperparameter's value) is rounded to each operand's dtype before
+      ``1 - decay`` is taken, as JAX multiplies an array in the operand's dtype. ``order`` is
+      1 (callers pass the values Optax averages, such as ``|g| ** 2``). In place, the result is
+      written into the *values'* buffers (their product comes first; a number ``decay`` and
+      leaves of one dtype): the same kernels and bits as the new leaves.
+    ``"torch"``
+      ``torch.optim``'s ``decay * moment + (1 - decay) * value ** order`` (``order`` 1 or 2,
+      real leaves), written into ``moments`` if ``inplace``. The moments
+      are scaled, then the values added (``_foreach_add_``, or ``_foreach_addcmul_`` for the
+      squares): both forms run the same kernels, so they give the same bits. Values wider than
+      the moments (JAX broadcasts them, ``order=1``) give new moments of their shape.
+
+    Neither is a ``lerp``, which turns an infinite moment into NaN at the next finite value.
+    The two round differently (each fuses its last product into the sum), which is why both
+    exist.
+
+    Raises:
+      ValueError: for an ``order`` or ``convention`` outside the above.
     """
+    if convention == "torch" and order in (1, 2):
+        return _torch_order(moments, values, decay, order, inplace)
+    if convention != "optax" or order != 1:
+        raise ValueError(f"No moving average of order {order} in the {convention!r} convention.")
+    if inplace:
+        if values:
+            tm.add_scaled_(tm.mul_(values, 1 - decay), decay, moments)
+        return values
     if isinstance(decay, torch.Tensor):
-        return _optax_formula_in_dtypes(moments, values, decay)
+        return _optax_order_in_dtypes(moments, values, decay)
+    if not moments:
+        return []
     if tm.same_dtypes(moments, values):
-        return _optax_formula(moments, values, decay)
+        return list(tm.foreach("add", tm.foreach("mul", values, 1 - decay), moments, alpha=decay))
     weak_decay = torch.as_tensor(decay, dtype=torch.float64) if is_number(decay) else decay
     return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, tm.scalar_like(weak_decay, moments)))
 
 
-def _optax_formula(moments: tm.Leaves, values: tm.Leaves, decay: Scalar) -> tm.Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf, leaves of one dtype (Optax's order of
-    operations; new leaves)."""
-    if not moments:
-        return []
-    if isinstance(decay, torch.Tensor):
-        return tm.add(tm.mul(values, 1 - decay), tm.mul(moments, decay))
-    return list(tm.foreach("add", tm.foreach("mul", values, 1 - decay), moments, alpha=decay))
-
-
-def _optax_formula_in_dtypes(moments: tm.Leaves, values: tm.Leaves,
-                             decay: torch.Tensor) -> tm.Leaves:
-    """``(1 - decay) * value + decay * moment`` per leaf, for a tensor ``decay``.
-
-    The scalar arithmetic ``1 - decay`` runs in ``decay``'s own dtype, as JAX computes on a
-    schedule's value or an injected hyperparameter, and each scalar is then rounded to the
-    operand it multiplies (the weak-type rule of :mod:`.dtypes`). Moments and values may
-    differ in dtype (``mu_dtype``); the sum then promotes.
-    """
+def _optax_order_in_dtypes(moments: tm.Leaves, values: tm.Leaves,
+                           decay: torch.Tensor) -> tm.Leaves:
+    """Optax's order for a tensor ``decay``: ``1 - decay`` is computed in ``decay``'s own dtype,
+    as JAX computes on a schedule's value or an injected hyperparameter, and each scalar is
+    then rounded to the operand it multiplies (the weak-type rule of :mod:`.dtypes`)."""
     return tm.add(tm.mul(values, tm.scalar_like(1 - decay, values)),
                   tm.mul(moments, tm.scalar_like(decay, moments)))
 
 
-def moving_average(moments: tm.Leaves, values: tm.Leaves, decay: float, *, order: int = 1,
-                   inplace: bool = False) -> tm.Leaves:
-    """``decay * moment + (1 - decay) * value ** order`` per leaf (``order`` 1 or 2, real
-    leaves), written into ``moments`` if ``inplace``: ``torch.optim``'s order of operations.
-
-    The moments are scaled, then the values added (``_foreach_add_``, or ``_foreach_addcmul_``
-    for the squares): both forms run the same kernels, so they give the same bits. Not
-    ``lerp``: an infinite moment stays infinite at the next finite value, as with Optax's
-    ``(1 - decay) * value + decay * moment``. Values wider than the moments (JAX broadcasts
-    them, ``order=1``) give new moments of their shape.
-    """
+def _torch_order(moments: tm.Leaves, values: tm.Leaves, decay: float, order: int,
+                 inplace: bool) -> tm.Leaves:
+    """``torch.optim``'s order of operations (see :func:`moving_average`)."""
     if not moments:
         return moments
     if inplace:

@@ -69,12 +69,6 @@ def _squared_plus(grads: list[torch.Tensor], epsilon: Scalar) -> list[torch.Tens
     return tm.add_(tm.square(grads), epsilon)  # into the squares just allocated
 
 
-def _moving_average(old: list[torch.Tensor], new: list[torch.Tensor],
-                    decay: Scalar) -> list[torch.Tensor]:
-    """``decay * old + (1 - decay) * new``, in the dtype of ``old``."""
-    return tm.add(tm.mul(old, decay), tm.mul(new, 1.0 - decay))
-
-
 def scale_by_factored_rms(
     factored: bool = True,
     decay_rate: Scalar = 0.8,
@@ -157,7 +151,7 @@ def scale_by_factored_rms(
 
         # Every statistic (full moments, row means, column means) moves in one foreach call.
         stat_owners = full + split + split
-        stats = _moving_average(
+        stats = bb.moving_average(
             [v[i] for i in full] + [v_row[i] for i in split] + [v_col[i] for i in split],
             [grad_sqrs[i] for i in full]
             + [grad_sqrs[i].mean(dim=c) for i, c in zip(split, col_axes, strict=True)]

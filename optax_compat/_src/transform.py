@@ -311,8 +311,8 @@ def _second_moment(nus: Leaves, gs: Leaves, decay: Scalar, inplace: bool) -> Lea
     """
     if (bb.is_number(decay) and tm.same_dtypes(nus, gs) and not any(g.is_complex() for g in gs)
             and not tm.is_recording(nus, gs)):
-        return bb.moving_average(nus, gs, decay, order=2, inplace=inplace)
-    return bb.store(nus, bb.update_moment(nus, tm.abs_sq(gs), decay), inplace)
+        return bb.moving_average(nus, gs, decay, order=2, inplace=inplace, convention="torch")
+    return bb.store(nus, bb.moving_average(nus, tm.abs_sq(gs), decay), inplace)
 
 
 def _rms_scaling(nu_hats: Leaves, eps: Scalar, eps_in_sqrt: bool) -> Leaves:
@@ -464,8 +464,8 @@ def scale_by_stddev(
         def formula(gs: Leaves, mus: Leaves, nus: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
             del inplace
-            new_mus = bb.update_moment(mus, gs, decay)
-            new_nus = bb.update_moment(nus, tm.abs_sq(gs), decay)
+            new_mus = bb.moving_average(mus, gs, decay)
+            new_nus = bb.moving_average(nus, tm.abs_sq(gs), decay)
             mu_hats, nu_hats = new_mus, new_nus
             if bias_correction:
                 mu_hats, nu_hats = bb.debias(new_mus, correction), bb.debias(new_nus, correction)
@@ -600,8 +600,8 @@ def scale_by_amsgrad(
         def formula(gs: Leaves, mus: Leaves, nus: Leaves, maxima: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves, Leaves]:
             del inplace
-            moments = bb.update_moment(mus, gs, b1)
-            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            moments = bb.moving_average(mus, gs, b1)
+            seconds = bb.moving_average(nus, tm.abs_sq(gs), b2)
             mu_hats = bb.debias(moments, mu_correction) if bias_correction_mu else moments
             nu_effective = (bb.debias(seconds, nu_correction) if bias_correction_nu
                             else seconds)
@@ -663,7 +663,7 @@ def scale_by_adamax(b1: Scalar = 0.9, b2: Scalar = 0.999,
         def formula(gs: Leaves, mus: Leaves, nus: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
             del inplace
-            moments = bb.update_moment(mus, gs, b1)
+            moments = bb.moving_average(mus, gs, b1)
             maxima = tm.maximum(tm.add(tm.abs(gs), eps), tm.mul(nus, b2))
             return tm.div(bb.debias(moments, correction), maxima), moments, maxima
 
@@ -738,10 +738,10 @@ def scale_by_lion(
                 and not tm.is_recording(mus, gs))
         # ``mixed`` is a fresh buffer that the sign may then overwrite when nothing is
         # differentiated.
-        scaled = direction(bb.update_moment(mus, gs, b1), inplace=fast)
+        scaled = direction(bb.moving_average(mus, gs, b1), inplace=fast)
         if fast:
-            return scaled, bb.moving_average(mus, gs, b2, inplace=inplace)
-        return scaled, tm.cast(bb.update_moment(mus, gs, b2), mu_dtype)
+            return scaled, bb.moving_average(mus, gs, b2, inplace=inplace, convention="torch")
+        return scaled, tm.cast(bb.moving_average(mus, gs, b2), mu_dtype)
 
     def init_fn(params):
         return ScaleByLionState(count=bb.zero_count(params), mu=bb.zeros(params, mu_dtype))
@@ -820,9 +820,9 @@ def scale_by_belief(
         def formula(gs: Leaves, mus: Leaves, nus: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
             del inplace
-            moments = bb.update_moment(mus, gs, b1)
+            moments = bb.moving_average(mus, gs, b1)
             errors = tm.sub(gs, moments)
-            seconds = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+            seconds = tm.add(bb.moving_average(nus, tm.abs_sq(errors), b2), eps_root)
             mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
             scaled = bb.adam_ratio(mu_hats, bb.debias(seconds, nu_correction), eps, 0.0)
             return scaled, moments, seconds
@@ -889,7 +889,7 @@ def scale_by_yogi(
         def formula(gs: Leaves, mus: Leaves, nus: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
             del inplace
-            moments = bb.update_moment(mus, gs, b1)
+            moments = bb.moving_average(mus, gs, b1)
             squares = tm.abs_sq(gs)
             steps = tm.mul(_sign(tm.sub(nus, squares)), 1 - b2)
             seconds = tm.sub(nus, tm.mul(steps, squares))
@@ -965,8 +965,8 @@ def scale_by_radam(
         def formula(gs: Leaves, mus: Leaves, nus: Leaves,
                     inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
             del inplace
-            moments = bb.update_moment(mus, gs, b1)
-            seconds = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            moments = bb.moving_average(mus, gs, b1)
+            seconds = bb.moving_average(nus, tm.abs_sq(gs), b2)
             mu_hats = bb.first_moment(moments, gs, b1, count_inc, nesterov)
             adaptive = bb.adam_ratio(tm.mul(mu_hats, tm.scalar_like(rectifier, mu_hats)),
                                      bb.debias(seconds, nu_correction), eps, eps_root)
@@ -1015,10 +1015,10 @@ def scale_by_adadelta(rho: Scalar = 0.9,
     def formula(gs: Leaves, e_gs: Leaves, e_xs: Leaves,
                 inplace: bool) -> tuple[Leaves, Leaves, Leaves]:
         del inplace
-        new_e_gs = bb.update_moment(e_gs, tm.square(gs), rho)
+        new_e_gs = bb.moving_average(e_gs, tm.square(gs), rho)
         ratios = tm.div(tm.sqrt(tm.add(e_xs, eps)), tm.sqrt(tm.add(new_e_gs, eps)))
         scaled = tm.mul(ratios, gs)
-        return scaled, new_e_gs, bb.update_moment(e_xs, tm.square(scaled), rho)
+        return scaled, new_e_gs, bb.moving_average(e_xs, tm.square(scaled), rho)
 
     def init_fn(params):
         return ScaleByAdaDeltaState(e_g=bb.zeros(params), e_x=bb.zeros(params))
@@ -1100,7 +1100,7 @@ def scale_by_novograd(
         first_step = count_inc == 1
         squared_norms = tm.square(tm.norms(gs))
         first_nus = [s.to(n.dtype) for s, n in zip(squared_norms, nus)]
-        new_nus = tm.where(first_step, first_nus, bb.update_moment(nus, squared_norms, b2))
+        new_nus = tm.where(first_step, first_nus, bb.moving_average(nus, squared_norms, b2))
         denominators = tm.add(tm.sqrt(tm.add(new_nus, eps_root)), eps)
 
         def formula(gs: Leaves, mus: Leaves, ps: Leaves, denominators: Leaves,
@@ -1192,9 +1192,9 @@ def scale_by_adan(
         def formula(gs: Leaves, ms: Leaves, vs: Leaves, ns: Leaves, previous: Leaves,
                     inplace: bool) -> tuple[Leaves, ...]:
             differences = tm.where(state.t == 0, tm.zeros_like(gs), tm.sub(gs, previous))
-            new_ms = bb.update_moment(ms, gs, b1)
-            new_vs = bb.update_moment(vs, differences, b2)
-            new_ns = bb.update_moment(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)),
+            new_ms = bb.moving_average(ms, gs, b1)
+            new_vs = bb.moving_average(vs, differences, b2)
+            new_ns = bb.moving_average(ns, tm.abs_sq(tm.add_scaled(gs, 1 - b2, differences)),
                                       b3)
             m_hats = bb.debias(new_ms, m_correction)
             n_hats = bb.debias(new_ns, n_correction)
@@ -1603,7 +1603,7 @@ def scale_by_sm3(b1: Scalar = 0.9, b2: Scalar = 1.0,
                          for axis, c in enumerate(covers)]
             accumulators.append(_sm3_accumulator(g, broadcast, b2))
         scaled = tm.mul(gs, _where_positive_rsqrt(accumulators, eps))
-        return bb.update_moment(nus, scaled, b1), [_sm3_maxima(a) for a in accumulators]
+        return bb.moving_average(nus, scaled, b1), [_sm3_maxima(a) for a in accumulators]
 
     @bb.supports_inplace
     @bb.per_leaf("keeps one accumulator per axis of each leaf")

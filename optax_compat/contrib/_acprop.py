@@ -75,10 +75,10 @@ def scale_by_acprop(
         def formula(gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
                     inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
             del inplace
-            new_mus = bb.update_moment(mus, gs, b1)
+            new_mus = bb.moving_average(mus, gs, b1)
             # The prediction error is measured against the moment *before* this gradient.
             errors = tm.sub(gs, mus)
-            new_nus = tm.add(bb.update_moment(nus, tm.abs_sq(errors), b2), eps_root)
+            new_nus = tm.add(bb.moving_average(nus, tm.abs_sq(errors), b2), eps_root)
             nu_hats = [torch.where(initial, 1.0, nu_hat) for nu_hat in bb.debias(nus, correction)]
             return tm.div(gs, tm.add(tm.sqrt(nu_hats), eps)), new_mus, new_nus
 

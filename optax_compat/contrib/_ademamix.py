@@ -119,9 +119,9 @@ def scale_by_ademamix(
         def formula(gs: tm.Leaves, m1s: tm.Leaves, m2s: tm.Leaves, nus: tm.Leaves,
                     inplace: bool) -> tuple[tm.Leaves, ...]:
             del inplace
-            new_m1s = bb.update_moment(m1s, gs, b1)
-            new_m2s = bb.update_moment(m2s, gs, slow_decay)
-            new_nus = bb.update_moment(nus, tm.abs_sq(gs), b2)
+            new_m1s = bb.moving_average(m1s, gs, b1)
+            new_m2s = bb.moving_average(m2s, gs, slow_decay)
+            new_nus = bb.moving_average(nus, tm.abs_sq(gs), b2)
             scaled = bb.adam_ratio(_mix(bb.debias(new_m1s, m1_correction), mixing, new_m2s),
                                    bb.debias(new_nus, nu_correction), eps, eps_root)
             return scaled, new_m1s, new_m2s, new_nus

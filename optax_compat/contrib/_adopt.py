@@ -102,13 +102,13 @@ def scale_by_adopt(
         def formula(gs: tm.Leaves, mus: tm.Leaves, nus: tm.Leaves,
                     inplace: bool) -> tuple[tm.Leaves, tm.Leaves, tm.Leaves]:
             del inplace
-            new_nus = bb.update_moment(nus, tm.abs_sq(gs), b2_now)
+            new_nus = bb.moving_average(nus, tm.abs_sq(gs), b2_now)
             normalised = tm.div(gs, tm.maximum(tm.sqrt(nus), eps))
             if use_clipping:
                 bounds = _per_leaf(tm.scalar_like(clip_value, normalised), len(normalised))
                 normalised = tm.minimum(tm.maximum(normalised, [-b for b in bounds]), bounds)
-            new_mus = bb.update_moment(mus, normalised, b1_now)
-            scaled = bb.update_moment(new_mus, normalised, b1_now) if nesterov else new_mus
+            new_mus = bb.moving_average(mus, normalised, b1_now)
+            scaled = bb.moving_average(new_mus, normalised, b1_now) if nesterov else new_mus
             return scaled, tm.cast(new_mus, mu_dtype), new_nus
 
         scaled, new_mus, new_nus = bb.in_blocks(formula, gs, mus, nus, inplace=inplace)

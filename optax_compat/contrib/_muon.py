@@ -443,7 +443,7 @@ def scale_by_muon(
                    count_inc: torch.Tensor, ns_coeffs: torch.Tensor,
                    ) -> tuple[tm.Leaves, tm.Leaves]:
         """The orthogonalized directions of the leaves ``gs`` and their new moments."""
-        new_mus = bb.update_moment(mus, gs, beta)
+        new_mus = bb.moving_average(mus, gs, beta)
         mu_hats = bb.first_moment(new_mus, gs, beta, count_inc, nesterov)
         orthogonal = _orthogonalize_leaves(mu_hats, dim_nums, ns_coeffs, steps,
                                            preconditioning, eps)

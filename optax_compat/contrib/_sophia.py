@@ -218,7 +218,7 @@ def scale_by_sophia(
         mus = tm.leaves_like(state.mu, spec, "state.mu", reference=updates)
         nus = tm.leaves_like(state.nu, spec, "state.nu", reference=updates)
 
-        mu = bb.update_moment(mus, gs, b1)
+        mu = bb.moving_average(mus, gs, b1)
         mu_hat = bb.debias(mu, bb.bias_correction(b1, count_inc, mu))
         curvature = tm.maximum(tm.mul(nus, tm.scalar_like(gamma, nus)), tm.scalar_like(eps, nus))
         scaled = tm.div(mu_hat, curvature)
@@ -237,7 +237,7 @@ def scale_by_sophia(
                 **hess_fn_kwargs)
             estimates = tm.leaves_like(diagonal, spec, "the Hessian diagonal",
                                        reference=updates)
-            return hessian_fn_state, bb.update_moment(nus, estimates, b2)
+            return hessian_fn_state, bb.moving_average(nus, estimates, b2)
 
         hessian_fn_state, nu = control_flow.cond(
             torch.remainder(state.count, update_interval) == 0, estimate_hessian_diagonal,

@@ -494,8 +494,8 @@ def track_per_element_mean_and_variance_with_ema(
         variance_step = tm.mul(sum_sq_diffs, 1 / (sample_size - 1))
         new_state = state._replace(
             count=numerics.safe_increment(state.count),
-            mean_grads_ema=tm.unflatten(spec, bb.update_moment(mean_emas, us, ema_decay)),
-            variance_grads_ema=tm.unflatten(spec, bb.update_moment(variance_emas, variance_step,
+            mean_grads_ema=tm.unflatten(spec, bb.moving_average(mean_emas, us, ema_decay)),
+            variance_grads_ema=tm.unflatten(spec, bb.moving_average(variance_emas, variance_step,
                                                                    ema_decay)),
         )
         return updates, new_state

@@ -150,9 +150,7 @@ def ema(
         count_inc = numerics.safe_increment(state.count)
         if (inplace and bb.is_number(decay) and all(map(tm.is_inexact, grads))
                 and tm.same_dtypes(grads, moments) and not tm.is_recording(grads, moments)):
-            # ``bb.update_moment``'s kernels, in the updates' buffers.
-            tm.add_scaled_(tm.mul_(grads, 1 - decay), decay, moments)
-            tm.copy_(moments, grads)
+            tm.copy_(moments, bb.moving_average(moments, grads, decay, inplace=True))
             if debias and grads:
                 tm.div_(grads, _tree_math.bias_correction_factor(grads, decay, count_inc))
             return updates, EmaState(count=count_inc, ema=state.ema)
@@ -160,7 +158,7 @@ def ema(
             # A bool or integer measurement (``measure_with_ema``) meets the weak decay: JAX
             # computes in its default float.
             grads = [g if tm.is_inexact(g) else g.to(bb.default_float()) for g in grads]
-        new_ema = tm.unflatten(spec, bb.update_moment(moments, grads, decay))
+        new_ema = tm.unflatten(spec, bb.moving_average(moments, grads, decay))
         new_updates = tm.leaves(_tree_math.tree_bias_correction(new_ema, decay, count_inc)
                                 if debias else new_ema)
         # In place, the average goes into its buffers and the updates into theirs (as

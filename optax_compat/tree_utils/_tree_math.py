@@ -225,7 +225,7 @@ def tree_update_moment(updates: Any, moments: Any, decay: Scalar, order: int) ->
     """
     gs, spec = tm.flatten(updates)
     ms = tm.leaves_like(moments, spec, "moments", reference=updates)
-    return tm.unflatten(spec, bb.update_moment(ms, tm.power(gs, order), decay))
+    return tm.unflatten(spec, bb.moving_average(ms, tm.power(gs, order), decay))
 
 
 def tree_update_infinity_moment(updates: Any, moments: Any, decay: Scalar, eps: Scalar) -> Any:
@@ -265,7 +265,7 @@ def tree_update_moment_per_elem_norm(updates: Any, moments: Any, decay: Scalar,
                    else tm.power([g], order)[0] for g in gs]
     else:
         powered = tm.power(gs, order)
-    return tm.unflatten(spec, bb.update_moment(ms, powered, decay))
+    return tm.unflatten(spec, bb.moving_average(ms, powered, decay))
 
 
 def tree_bias_correction(moment: Any, decay: Scalar, count: Union[int, torch.Tensor]) -> Any:

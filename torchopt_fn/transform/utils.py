@@ -80,7 +80,8 @@ def moment_leaves(updates: list[torch.Tensor], moments: list[torch.Tensor], deca
     if not moments:
         return list(moments)
     if isinstance(decay, torch.Tensor) or decay != 1.0:  # a tensor: never AdaGrad's sum
-        return bb.moving_average(moments, updates, decay, order=order, inplace=inplace)
+        return bb.moving_average(moments, updates, decay, order=order, inplace=inplace,
+                                 convention="torch")
     # A running sum: the pure path runs the in-place kernels on a fresh copy (the same bits).
     target = moments if inplace else tree_math.clone(moments)
     if order == 1:
