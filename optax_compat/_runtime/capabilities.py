@@ -44,6 +44,7 @@ class Capabilities:
 
 
 _UNDECLARED = Capabilities()
+_FIELDS = frozenset(field.name for field in dataclasses.fields(Capabilities))
 
 
 def capabilities_of(tx_or_update: Any) -> Capabilities:
@@ -59,5 +60,12 @@ def declare(update_fn: UpdateFn, **fields: Any) -> UpdateFn:
       TypeError: if a field is not one of :class:`Capabilities`'.
       AttributeError: if ``update_fn`` takes no attributes (a bound method).
     """
-    setattr(update_fn, _ATTRIBUTE, dataclasses.replace(capabilities_of(update_fn), **fields))
+    unknown = fields.keys() - _FIELDS
+    if unknown:
+        raise TypeError(f"Capabilities has no field {sorted(unknown)} (its fields: "
+                        f"{sorted(_FIELDS)}).")
+    # A new record from the old one's fields (``dataclasses.replace`` costs ~4 us a call,
+    # and every transformation a constructor builds declares some).
+    setattr(update_fn, _ATTRIBUTE, Capabilities(**{**vars(capabilities_of(update_fn)),
+                                                   **fields}))
     return update_fn

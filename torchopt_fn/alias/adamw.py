@@ -10,7 +10,6 @@ from torchopt_fn.alias.utils import (
     flip_sign_and_add_weight_decay,
     on_adam_engine,
     scale_by_neg_lr,
-    tag_alias_steps,
 )
 from torchopt_fn.combine import chain
 from torchopt_fn.transform import add_decayed_weights, scale_by_accelerated_adam, scale_by_adam
@@ -50,14 +49,14 @@ def adamw(lr: ScalarOrSchedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999)
     b1, b2 = betas
     direction = scaler(b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                        moment_requires_grad=moment_requires_grad)
-    tx = tag_alias_steps("adamw", chain(
+    tx = chain(
         flip_sign_and_add_weight_decay(weight_decay=0.0, maximize=maximize),
         direction,
         add_decayed_weights(weight_decay=weight_decay, mask=mask),
         scale_by_neg_lr(lr),
-    ))
+    )
     # Whole in-place steps on the Adam engine; the accelerated op's on PyTorch's fused kernel
     # where it applies.
-    return on_adam_engine(tx, direction, AdamHyperParams(b1, b2, eps, eps_root), AliasTerms(
-        lr, weight_decay=weight_decay if mask is None else None, l2=0.0, maximize=maximize,
-        fused_kernel=use_accelerated_op))
+    terms = AliasTerms(lr, weight_decay=weight_decay if mask is None else None, l2=0.0,
+                       maximize=maximize, fused_kernel=use_accelerated_op)
+    return on_adam_engine("adamw", tx, direction, AdamHyperParams(b1, b2, eps, eps_root), terms)

@@ -156,7 +156,12 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
     :func:`torchopt_fn._graph_tags.tag_optimizer_step`), so the visualizer can draw the step as
     one node. The step number is the state's count tensor, read only when the graph is drawn.
     """
+    return _keeping_chain_type(tx, from_optax(_tagged(name, tx)))
 
+
+def _tagged(name: str, tx: GradientTransformation) -> optax_compat.GradientTransformationExtraArgs:
+    """``tx`` as an ``optax_compat`` transformation whose steps are tagged (see
+    :func:`tag_alias_steps`)."""
     steps = to_optax(tx)
 
     @bb.elementwise_if(steps)
@@ -172,8 +177,7 @@ def tag_alias_steps(name: str, tx: GradientTransformation) -> GradientTransforma
                                step=_step_count(new_state), state=state)
         return new_updates, new_state
 
-    return _keeping_chain_type(tx, from_optax(optax_compat.GradientTransformationExtraArgs(
-        tx.init, update_fn)))
+    return optax_compat.GradientTransformationExtraArgs(tx.init, update_fn)
 
 
 def _keeping_chain_type(tx: GradientTransformation,
@@ -190,14 +194,15 @@ def _keeping_chain_type(tx: GradientTransformation,
     return chained
 
 
-def on_adam_engine(tx: ChainedGradientTransformation, direction: GradientTransformation,
-                   hp: adam_engine.AdamHyperParams,
+def on_adam_engine(name: str, tx: ChainedGradientTransformation,
+                   direction: GradientTransformation, hp: adam_engine.AdamHyperParams,
                    terms: adam_engine.AliasTerms) -> GradientTransformation:
-    """``tx``, an Adam alias's chain with Adam's ``direction`` among its transformations, on the
-    Adam engine (``adam_engine.adam_alias``): the whole alias on PyTorch's fused kernel when it
-    applies (and ``terms.fused_kernel``), and the whole in-place step
+    """``tx``, an Adam alias's chain with Adam's ``direction`` among its transformations, with
+    its steps tagged ``name`` (:func:`tag_alias_steps`) and on the Adam engine
+    (``adam_engine.adam_alias``): the whole alias on PyTorch's fused kernel when it applies
+    (and ``terms.fused_kernel``), and the whole in-place step
     (:func:`optax_compat.inplace_step`, used by :class:`torchopt_fn.Optimizer`)."""
     adam_index = next(index for index, inner in enumerate(tx.transformations)
                       if inner is direction)
-    return _keeping_chain_type(tx, from_optax(adam_engine.adam_alias(hp, terms, to_optax(tx),
+    return _keeping_chain_type(tx, from_optax(adam_engine.adam_alias(hp, terms, _tagged(name, tx),
                                                                     adam_index)))
