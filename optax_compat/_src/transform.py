@@ -2130,10 +2130,8 @@ def scale_by_lbfgs(
                   params: base.Params | None = None, *, inplace: bool = False,
                   **extra_args: Any) -> tuple[base.Updates, ScaleByLBFGSState]:
         del extra_args
-        if params is None:
-            raise ValueError(bb.NO_PARAMS_MSG)
         us, spec = tm.float_leaves(updates)
-        ws = tm.leaves_like(params, spec, "params", reference=updates)
+        ws = bb.params_leaves(params, spec, updates, "scale_by_lbfgs")
         prev_ws = tm.leaves_like(state.params, spec, "state.params", reference=updates)
         prev_us = tm.leaves_like(state.updates, spec, "state.updates", reference=updates)
         _check_shapes_kept(updates, us, ws, prev_ws)
