@@ -2117,7 +2117,7 @@ def scale_by_lbfgs(
         stacked_zeros = tm.unflatten(
             spec, [torch.stack([torch.zeros_like(x)] * memory_size) for x in leaves])
         return ScaleByLBFGSState(
-            count=torch.zeros([], dtype=torch.int32, device=device),
+            count=bb.zero_count(params),
             params=tm.unflatten(spec, tm.zeros_like(leaves)),
             updates=tm.unflatten(spec, tm.zeros_like(leaves)),
             diff_params_memory=stacked_zeros,
