@@ -83,6 +83,7 @@ from optax_compat._runtime.numbers import (
     is_number,
     is_one,
     is_zero,
+    value_at,
 )
 from optax_compat._runtime.state import (
     NO_PARAMS_MSG,

@@ -2,7 +2,8 @@
 
 A hyper-parameter may be a Python number, a 0-d tensor (possibly requiring grad, for
 meta-learning) or a schedule. Fast paths and shortcuts (skip a multiplication by one, a fused
-kernel that takes a Python float) apply only to plain numbers, decided here in one place.
+kernel that takes a Python float) apply only to plain numbers, decided here in one place;
+:func:`value_at` reads a hyper-parameter that may be a schedule at a step count.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def is_zero(value: Any) -> bool:
 def is_one(value: Any) -> bool:
     """Whether ``value`` is a Python number equal to one."""
     return is_number(value) and value == 1
+
+
+def value_at(hyperparameter: Any, count: Any) -> Any:
+    """The value of ``hyperparameter`` at the step ``count``: a schedule is called on it, any
+    other value is returned as it is."""
+    return hyperparameter(count) if callable(hyperparameter) else hyperparameter
 
 
 def as_tensor(value: Any, dtype: torch.dtype | None = None,

@@ -197,10 +197,8 @@ def scale_by_factored_rms(
                   params: base.Params | None = None, *, inplace: bool = False,
                   **extra_args: Any):
         del extra_args
-        if params is None:
-            raise ValueError(f"scale_by_factored_rms: {bb.NO_PARAMS_MSG}")
         grads, spec = tm.flatten(updates)
-        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
+        param_leaves = bb.params_leaves(params, spec, updates, "scale_by_factored_rms")
         v_row = tm.leaves_like(state.v_row, spec, "state.v_row", reference=updates)
         v_col = tm.leaves_like(state.v_col, spec, "state.v_col", reference=updates)
         v = tm.leaves_like(state.v, spec, "state.v", reference=updates)

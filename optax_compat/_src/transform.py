@@ -2117,7 +2117,7 @@ def scale_by_lbfgs(
         stacked_zeros = tm.unflatten(
             spec, [torch.stack([torch.zeros_like(x)] * memory_size) for x in leaves])
         return ScaleByLBFGSState(
-            count=torch.zeros([], dtype=torch.int32, device=device),
+            count=bb.zero_count(params),
             params=tm.unflatten(spec, tm.zeros_like(leaves)),
             updates=tm.unflatten(spec, tm.zeros_like(leaves)),
             diff_params_memory=stacked_zeros,
@@ -2130,10 +2130,8 @@ def scale_by_lbfgs(
                   params: base.Params | None = None, *, inplace: bool = False,
                   **extra_args: Any) -> tuple[base.Updates, ScaleByLBFGSState]:
         del extra_args
-        if params is None:
-            raise ValueError(bb.NO_PARAMS_MSG)
         us, spec = tm.float_leaves(updates)
-        ws = tm.leaves_like(params, spec, "params", reference=updates)
+        ws = bb.params_leaves(params, spec, updates, "scale_by_lbfgs")
         prev_ws = tm.leaves_like(state.params, spec, "state.params", reference=updates)
         prev_us = tm.leaves_like(state.updates, spec, "state.updates", reference=updates)
         _check_shapes_kept(updates, us, ws, prev_ws)

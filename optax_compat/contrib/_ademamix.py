@@ -22,11 +22,6 @@ Scalar = Union[float, torch.Tensor]
 MaskOrFn = Optional[Union[Any, Callable[[base.Params], Any]]]
 
 
-def _value_at(hyperparameter: base.ScalarOrSchedule, count: torch.Tensor) -> Scalar:
-    """The value of a hyperparameter that may be a schedule of the step count."""
-    return hyperparameter(count) if callable(hyperparameter) else hyperparameter
-
-
 def _mix(xs: tm.Leaves, weight: Scalar, ys: tm.Leaves) -> tm.Leaves:
     """``x + weight * y`` with a tensor ``weight`` rounded to the leaves' dtypes (as JAX)."""
     return tm.add(xs, tm.mul(ys, tm.scalar_like(weight, ys)))
@@ -108,8 +103,8 @@ def scale_by_ademamix(
         m1s = bb.state_leaves(state.m1, spec, updates, "state.m1")
         m2s = bb.state_leaves(state.m2, spec, updates, "state.m2")
         nus = bb.state_leaves(state.nu, spec, updates, "state.nu")
-        slow_decay = _value_at(b3, state.count_m2)
-        mixing = _value_at(alpha, state.count_m2)
+        slow_decay = bb.value_at(b3, state.count_m2)
+        mixing = bb.value_at(alpha, state.count_m2)
         count_inc = numerics.safe_int32_increment(state.count)
         count_m2_inc = numerics.safe_int32_increment(state.count_m2)
         # In the widest dtypes of the new moments, which promote ``gs`` with ``m1s``, ``nus``.
@@ -260,7 +255,7 @@ def scale_by_simplified_ademamix(
         gs, spec = tm.float_leaves(updates)
         ms = bb.state_leaves(state.m, spec, updates, "state.m")
         ns = bb.state_leaves(state.n, spec, updates, "state.n")
-        mixing = _value_at(alpha, state.t)
+        mixing = bb.value_at(alpha, state.t)
         new_ms = _mix(gs, b1, ms)
         squares = tm.square(gs)
         # Optax's ``lerp(b2, g * g, n)``: ``g * g + b2 * (n - g * g)``.

@@ -43,8 +43,8 @@ class DAdaptAdamWState(NamedTuple):
 def scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
     """``value`` as a 0-d tensor in the lowest floating dtype of ``params``, on their device.
 
-    D-Adaptation, Prodigy, DoG and DoWG keep their scalar statistics in that dtype so that
-    updating the params never promotes them.
+    D-Adaptation, Prodigy, DoG, DoWG and Momo keep their scalar statistics in that dtype so
+    that updating the params never promotes them.
     """
     dtype = _casting.tree_dtype(params, "lowest")
     return torch.as_tensor(value, dtype=dtype, device=bb.device_of(params)).clone()
@@ -59,6 +59,15 @@ def adam_step_correction(betas: tuple[Scalar, Scalar], count_inc: torch.Tensor,
     beta1, beta2 = betas
     count = count_inc.to(tm.widest_real_dtype(xs))
     return (1 - beta2**count) ** 0.5 / (1 - beta1**count)
+
+
+def decayed_descent(ratios: tm.Leaves, params: tm.Leaves, weight_decay: Scalar,
+                    step: torch.Tensor) -> tm.Leaves:
+    """``-(ratios + weight_decay * step * params)``: the descent direction with decoupled
+    weight decay scaled by the step size (no pass over the params without decay)."""
+    if bb.is_zero(weight_decay):
+        return tm.neg(ratios)
+    return tm.sub(tm.mul(params, -weight_decay * step), ratios)
 
 
 def dadapt_adamw(
@@ -124,7 +133,7 @@ def dadapt_adamw(
         exp_avg_sqs = bb.state_leaves(state.exp_avg_sq, spec, updates,
                                               "state.exp_avg_sq")
         grad_sums = bb.state_leaves(state.grad_sum, spec, updates, "state.grad_sum")
-        schedule = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        schedule = bb.value_at(learning_rate, state.count)
         count_inc = numerics.safe_increment(state.count)
         numerator = state.numerator_weighted
         step = (state.estim_lr * schedule * adam_step_correction(betas, count_inc, gs)
@@ -139,8 +148,7 @@ def dadapt_adamw(
         estim_lr = torch.maximum(state.estim_lr,
                                  numerator / ((1 - root_beta2) * grad_sum_l1))
         ratios = tm.div(exp_avgs, tm.add(tm.sqrt(exp_avg_sqs), eps))
-        directions = (tm.neg(ratios) if bb.is_zero(weight_decay)
-                      else tm.sub(tm.mul(ps, -weight_decay * step), ratios))
+        directions = decayed_descent(ratios, ps, weight_decay, step)
         return tm.unflatten(spec, directions), DAdaptAdamWState(
             exp_avg=tm.unflatten(spec, exp_avgs), exp_avg_sq=tm.unflatten(spec, exp_avg_sqs),
             grad_sum=tm.unflatten(spec, grad_sums), estim_lr=estim_lr,

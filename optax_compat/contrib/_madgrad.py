@@ -80,7 +80,7 @@ def scale_by_madgrad(
                                           "state.grad_sum_sq")
         sums = bb.state_leaves(state.s, spec, updates, "state.s")
         initial = bb.state_leaves(state.x0, spec, updates, "state.x0")
-        rate = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        rate = bb.value_at(learning_rate, state.count)
         stable_rate = rate + eps
         # ``jnp.sqrt`` of Optax's int32 ``count + 1`` is float32 whatever the precision mode,
         # and wins over a weakly typed rate (a float64 schedule value in 64-bit mode), not

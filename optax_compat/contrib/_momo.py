@@ -15,7 +15,8 @@ import torch
 from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics, transform
-from optax_compat.tree_utils import _casting, _tree_math
+from optax_compat.contrib._dadapt_adamw import scalar_state
+from optax_compat.tree_utils import _tree_math
 
 Scalar = transform.Scalar
 
@@ -62,12 +63,6 @@ class MomoAdamState(NamedTuple):
     count: torch.Tensor
 
 
-def _scalar_state(params: base.Params, value: Scalar) -> torch.Tensor:
-    """A 0-d tensor holding ``value`` in the lowest dtype of ``params``, on their device."""
-    return torch.as_tensor(value, dtype=_casting.tree_dtype(params, "lowest"),
-                           device=bb.device_of(params)).clone()
-
-
 def _check_update_args(name: str, params: Optional[base.Params], value: Any) -> None:
     if params is None:
         raise ValueError(f"{bb.NO_PARAMS_MSG} ({name} needs them.)")
@@ -79,7 +74,7 @@ def _check_update_args(name: str, params: Optional[base.Params], value: Any) -> 
 def _learning_rate(learning_rate: base.ScalarOrSchedule, count: torch.Tensor,
                    dtype: torch.dtype) -> Scalar:
     """The step size bound at ``count``; a tensor value is taken in the state's ``dtype``."""
-    return _in_dtype(learning_rate(count) if callable(learning_rate) else learning_rate, dtype)
+    return _in_dtype(bb.value_at(learning_rate, count), dtype)
 
 
 def _average(moment: torch.Tensor, value: Any, decay: Scalar) -> torch.Tensor:
@@ -180,8 +175,8 @@ def momo(
 
     def init_fn(params: base.Params) -> MomoState:
         return MomoState(exp_avg=_tree_math.tree_zeros_like(params),
-                         barf=_scalar_state(params, 0.0), gamma=_scalar_state(params, 0.0),
-                         lb=_scalar_state(params, lower_bound),
+                         barf=scalar_state(params, 0.0), gamma=scalar_state(params, 0.0),
+                         lb=scalar_state(params, lower_bound),
                          count=bb.zero_count(params))
 
     def update_fn(updates: base.Updates, state: MomoState, params: Optional[base.Params],
@@ -263,8 +258,8 @@ def momo_adam(
     def init_fn(params: base.Params) -> MomoAdamState:
         return MomoAdamState(exp_avg=_tree_math.tree_zeros_like(params),
                              exp_avg_sq=_tree_math.tree_zeros_like(params),
-                             barf=_scalar_state(params, 0.0), gamma=_scalar_state(params, 0.0),
-                             lb=_scalar_state(params, lower_bound),
+                             barf=scalar_state(params, 0.0), gamma=scalar_state(params, 0.0),
+                             lb=scalar_state(params, lower_bound),
                              count=bb.zero_count(params))
 
     def update_fn(updates: base.Updates, state: MomoAdamState, params: Optional[base.Params],

@@ -15,7 +15,11 @@ import torch
 from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
-from optax_compat.contrib._dadapt_adamw import adam_step_correction, scalar_state
+from optax_compat.contrib._dadapt_adamw import (
+    adam_step_correction,
+    decayed_descent,
+    scalar_state,
+)
 from optax_compat.tree_utils import _tree_math
 
 Scalar = float | torch.Tensor
@@ -115,7 +119,7 @@ def prodigy(
                                               "state.exp_avg_sq")
         grad_sums = bb.state_leaves(state.grad_sum, spec, updates, "state.grad_sum")
         initial = bb.state_leaves(state.params0, spec, updates, "state.params0")
-        schedule = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        schedule = bb.value_at(learning_rate, state.count)
         count_inc = numerics.safe_increment(state.count)
         estim_lr = state.estim_lr
         step = (estim_lr * schedule * adam_step_correction(betas, count_inc, gs)
@@ -134,8 +138,7 @@ def prodigy(
         new_estim_lr = torch.maximum(estim_lr, estim_lr_coef * numerator / denominator)
         ratios = tm.div(tm.mul(exp_avgs, step),
                         tm.add(tm.sqrt(exp_avg_sqs), new_estim_lr * eps))
-        directions = (tm.neg(ratios) if bb.is_zero(weight_decay)
-                      else tm.sub(tm.mul(ps, -weight_decay * step), ratios))
+        directions = decayed_descent(ratios, ps, weight_decay, step)
         return tm.unflatten(spec, directions), ProdigyState(
             exp_avg=tm.unflatten(spec, exp_avgs), exp_avg_sq=tm.unflatten(spec, exp_avg_sqs),
             grad_sum=tm.unflatten(spec, grad_sums), params0=state.params0,

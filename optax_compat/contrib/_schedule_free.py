@@ -190,7 +190,7 @@ def schedule_free(
         # Tensor hyperparameters are taken in the params' (lowest) dtype, the dtype of the
         # scalar state, so that they never promote it or the params.
         dtype = state.max_lr.dtype
-        lr = learning_rate(state.step_count) if callable(learning_rate) else learning_rate
+        lr = bb.value_at(learning_rate, state.step_count)
         max_lr = torch.maximum(state.max_lr, torch.as_tensor(lr, dtype=dtype,
                                                              device=state.max_lr.device))
         weight = max_lr ** _in_dtype(weight_lr_power, dtype)

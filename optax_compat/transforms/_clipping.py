@@ -342,10 +342,8 @@ def adaptive_grad_clip(clipping: Scalar, eps: Scalar = 1e-3,
     @bb.per_leaf("clips each unit of a leaf by the norm of its parameter")
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
-        if params is None:
-            raise ValueError(f"adaptive_grad_clip: {bb.NO_PARAMS_MSG}")
         update_leaves, spec = tm.flatten(updates)
-        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
+        param_leaves = bb.params_leaves(params, spec, updates, "adaptive_grad_clip")
         clipped = [clip_unit(u, p) for u, p in zip(update_leaves, param_leaves, strict=True)]
         return tm.unflatten(spec, clipped), state
 

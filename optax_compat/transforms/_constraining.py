@@ -41,10 +41,8 @@ def keep_params_nonnegative() -> base.GradientTransformation:
     @bb.elementwise
     def update_fn(updates: base.Updates, state: base.EmptyState,
                   params: base.Params | None = None):
-        if params is None:
-            raise ValueError(f"keep_params_nonnegative: {bb.NO_PARAMS_MSG}")
         update_leaves, spec = tm.flatten(updates)
-        param_leaves = tm.leaves_like(params, spec, "params", reference=updates)
+        param_leaves = bb.params_leaves(params, spec, updates, "keep_params_nonnegative")
         new_params = tm.add(param_leaves, update_leaves)
         negated_params = tm.neg(param_leaves)
         return tm.unflatten(spec, [

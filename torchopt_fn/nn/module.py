@@ -42,6 +42,25 @@ def _check_name(kind: str, name: Any) -> None:
         raise KeyError(f"{kind} name can't be empty string ''")
 
 
+def _check_free_name(module: nn.Module, kind: str, name: Any, registry: dict[str, Any]) -> None:
+    """Rejects registering a ``kind`` as ``name`` when the name cannot be an attribute or is
+    taken by an attribute outside ``registry`` (where that kind is registered)."""
+    _check_name(kind, name)
+    if hasattr(module, name) and name not in registry:
+        raise KeyError(f"attribute '{name}' already exists")
+
+
+def _check_grad_tensor(kind: str, name: str, value: Any) -> None:
+    """Rejects registering ``value`` as the ``kind`` (parameter or meta-parameter) ``name``
+    unless it is a tensor requiring grad."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"cannot assign '{torch.typename(value)}' object to {kind} "
+                        f"'{name}' (torch.Tensor or None required)")
+    if not value.requires_grad:
+        raise ValueError(
+            f"cannot assign Tensor that `requires_grad=False` to {kind} '{name}'")
+
+
 class MetaGradientModule(nn.Module):
     """Base class for modules that hold both parameters and meta-parameters.
 
@@ -162,18 +181,11 @@ class MetaGradientModule(nn.Module):
         """
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign parameter before Module.__init__() call")
-        _check_name("parameter", name)
-        if hasattr(self, name) and name not in self._parameters:
-            raise KeyError(f"attribute '{name}' already exists")
+        _check_free_name(self, "parameter", name, self._parameters)
         if param is None:
             self._parameters[name] = None
             return
-        if not isinstance(param, torch.Tensor):
-            raise TypeError(f"cannot assign '{torch.typename(param)}' object to parameter "
-                            f"'{name}' (torch.Tensor or None required)")
-        if not param.requires_grad:
-            raise ValueError(
-                f"cannot assign Tensor that `requires_grad=False` to parameter '{name}'")
+        _check_grad_tensor("parameter", name, param)
         if param in self._meta_inputs.meta_parameters:
             raise ValueError(f"cannot assign Tensor that is a meta-parameter to parameter "
                              f"'{name}'. Use self.register_meta_parameter() instead.")
@@ -189,18 +201,9 @@ class MetaGradientModule(nn.Module):
         if "_meta_parameters" not in self.__dict__:
             raise AttributeError(
                 "cannot assign meta-parameter before MetaGradientModule.__init__() call")
-        _check_name("meta-parameter", name)
-        if hasattr(self, name) and name not in self._meta_parameters:
-            raise KeyError(f"attribute '{name}' already exists")
-        if param is None:
-            self._meta_parameters[name] = None
-            return
-        if not isinstance(param, torch.Tensor):
-            raise TypeError(f"cannot assign '{torch.typename(param)}' object to meta-parameter "
-                            f"'{name}' (torch.Tensor or None required)")
-        if not param.requires_grad:
-            raise ValueError(
-                f"cannot assign Tensor that `requires_grad=False` to meta-parameter '{name}'")
+        _check_free_name(self, "meta-parameter", name, self._meta_parameters)
+        if param is not None:
+            _check_grad_tensor("meta-parameter", name, param)
         self._meta_parameters[name] = param
 
     def add_module(self, name: str, module: nn.Module | None) -> None:
@@ -212,9 +215,7 @@ class MetaGradientModule(nn.Module):
         """
         if not isinstance(module, nn.Module) and module is not None:
             raise TypeError(f"{torch.typename(module)} is not a Module subclass")
-        _check_name("module", name)
-        if hasattr(self, name) and name not in self._modules:
-            raise KeyError(f"attribute '{name}' already exists")
+        _check_free_name(self, "module", name, self._modules)
         if module in self._meta_inputs.meta_modules:
             raise ValueError(f"cannot add module that is a meta-module to module '{name}'. "
                              "Use self.add_meta_module() instead.")
@@ -233,9 +234,7 @@ class MetaGradientModule(nn.Module):
         """
         if not isinstance(meta_module, nn.Module) and meta_module is not None:
             raise TypeError(f"{torch.typename(meta_module)} is not a Module subclass")
-        _check_name("meta-module", name)
-        if hasattr(self, name) and name not in self._meta_modules:
-            raise KeyError(f"attribute '{name}' already exists")
+        _check_free_name(self, "meta-module", name, self._meta_modules)
         self._meta_modules[name] = meta_module
 
     def register_meta_module(self, name: str, meta_module: nn.Module | None) -> None:

@@ -74,11 +74,8 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
         raise ValueError(f"Invalid epsilon value: {eps}")
 
     def init_fn(params: Params) -> OptState:
-        leaves = tree_math.leaves(params)
-        device = leaves[0].device if leaves else None
-        return ScaleByRAdamState(mu=tree_math.tree_map(torch.zeros_like, params),
-                                 nu=tree_math.tree_map(torch.zeros_like, params),
-                                 count=torch.zeros((), dtype=torch.int32, device=device))
+        return ScaleByRAdamState(mu=bb.zeros(params), nu=bb.zeros(params),
+                                 count=bb.zero_count(params))
 
     @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,

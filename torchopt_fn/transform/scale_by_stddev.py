@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import torch
-
 from optax_compat import _runtime as bb
 from optax_compat._runtime import tree_math
 from torchopt_fn.base import GradientTransformation
@@ -44,8 +42,7 @@ def scale_by_stddev(alpha: float = 0.9, eps: float = 1e-8,
     check_rms_arguments(alpha, eps)
 
     def init_fn(params: Params) -> OptState:
-        return ScaleByRStdDevState(mu=tree_math.tree_map(torch.zeros_like, params),
-                                   nu=bb.full(params, initial_scale))
+        return ScaleByRStdDevState(mu=bb.zeros(params), nu=bb.full(params, initial_scale))
 
     @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,

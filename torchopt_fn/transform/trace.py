@@ -32,10 +32,7 @@ def _dampened_trace(momentum: float, dampening: float) -> GradientTransformation
     """PyTorch's SGD momentum with dampening: the first step copies the gradient."""
 
     def init_fn(params: Params) -> OptState:
-        leaves = tree_math.leaves(params)
-        device = leaves[0].device if leaves else None
-        return DampenedTraceState(trace=tree_math.tree_map(torch.zeros_like, params),
-                                  count=torch.zeros((), dtype=torch.int32, device=device))
+        return DampenedTraceState(trace=bb.zeros(params), count=bb.zero_count(params))
 
     @bb.elementwise
     def update_fn(updates: Updates, state: OptState, *, params: Params | None = None,
