@@ -36,7 +36,7 @@ import optree
 import torch
 
 from optax_compat import _runtime as bb
-from optax_compat._runtime import compilation
+from optax_compat._runtime import compilation, huge_pages
 from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, update
 
@@ -96,7 +96,7 @@ class FusedStep:
             groups.setdefault(key, []).append(index)
         self._groups = list(groups.values())
         self.params = tuple(_flat_buffer([leaves[i] for i in group]) for group in self._groups)
-        self._grad_buffers = tuple(torch.zeros_like(buffer) for buffer in self.params)
+        self._grad_buffers = tuple(map(huge_pages.zeros_like, self.params))
         param_views, grad_views = _views(self.params, self._groups, leaves), _views(
             self._grad_buffers, self._groups, leaves)
         with torch.no_grad():
@@ -389,9 +389,9 @@ def _new_values(tx: base.GradientTransformation, params: tuple[torch.Tensor, ...
 
 def _own_memory(state: base.OptState) -> base.OptState:
     """``state`` with every tensor leaf in contiguous memory of its own (``vmap`` returns a
-    per-leaf scalar, such as a step count, as an expanded view)."""
-    return tm.tree_map(lambda x: x.clone(memory_format=torch.contiguous_format)
-                       if isinstance(x, torch.Tensor) else x, state)
+    per-leaf scalar, such as a step count, as an expanded view), large ones on huge pages."""
+    return tm.tree_map(lambda x: huge_pages.copy_of(x) if isinstance(x, torch.Tensor) else x,
+                       state)
 
 
 def _leaf_paths(tree: Any) -> tuple[tuple[Any, ...], ...]:
@@ -438,9 +438,10 @@ def _check_leaves(leaves: list[Any]) -> None:
 
 
 def _flat_buffer(leaves: list[torch.Tensor]) -> torch.Tensor:
-    """A new contiguous 1-D buffer holding the values of ``leaves`` back to back."""
+    """A new contiguous 1-D buffer holding the values of ``leaves`` back to back (on huge pages
+    where it spans them)."""
     with torch.no_grad():
-        return torch.cat([leaf.detach().reshape(-1) for leaf in leaves])
+        return huge_pages.cat([leaf.detach().reshape(-1) for leaf in leaves])
 
 
 def _views(buffers: tuple[torch.Tensor, ...], groups: list[list[int]],
