@@ -25,6 +25,7 @@ protocol: ``param_groups`` dicts holding the hyper-parameters, ``state`` keyed b
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import warnings
@@ -178,6 +179,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._retired_compile_seconds = 0.0
         # Per group: the ``state[p]`` dicts of its parameters, while ``state`` keeps them.
         self._group_states: list[tuple[Any, ...] | None] = []
+        # While a fused step asks for the transformation: the group and its FusedGroup, whose
+        # parameters it just found unchanged.
+        self._checked: tuple[Mapping[str, Any], FusedGroup] | None = None
         super().__init__(params, self.initial_defaults())
         self.state = StateDict(dict, self.state)
 
@@ -219,6 +223,20 @@ class TorchOptimizer(torch.optim.Optimizer):
         """
         del group
 
+    def group_number_dtype(self, group: Mapping[str, Any]) -> torch.dtype:
+        """The dtype eager arithmetic gives a Python number beside ``group``'s parameters:
+        float64 beside a float64 one, else float32 (beside bfloat16 and float16 ones too).
+
+        For the fused group whose transformation a step is asking for, its parameters just
+        checked unchanged, it is read off the few packed buffers, not the parameters (a
+        subclass building tensor hyper-parameters calls it at every step).
+        """
+        checked = self._checked
+        tensors = (checked[1].engine.params if checked is not None and checked[0] is group
+                   else group["params"])
+        return functools.reduce(torch.promote_types, {tensor.dtype for tensor in tensors},
+                                torch.float32)
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickles (and deep-copies) the transformation and layouts with torch's fields."""
         return {**super().__getstate__(), "tx": self.tx, "inplace": self.inplace,
@@ -226,7 +244,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 "fused": self.fused,
                 "fused_backend": self.fused_backend,
                 "_fused": [None if isinstance(x, FusedGroup) else x for x in self._fused],
-                "_group_states": [None] * len(self._group_states),
+                "_group_states": [None] * len(self._group_states), "_checked": None,
                 "_retired_compile_seconds": self._retired_compile_seconds}
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -559,8 +577,14 @@ class TorchOptimizer(torch.optim.Optimizer):
         fused = self._fused[index]
         if isinstance(fused, str):
             return None
-        params, tx = group["params"], self.group_transformation(group)
-        if fused is not None and fused.tx is tx and fused.sync(params, states):
+        params = group["params"]
+        unchanged = fused is not None and fused.sync(params, states)
+        self._checked = (group, fused) if unchanged else None
+        try:
+            tx = self.group_transformation(group)
+        finally:
+            self._checked = None
+        if unchanged and fused.tx is tx:
             return fused
         self._retire(index)
         try:

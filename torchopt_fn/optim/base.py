@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import numbers
-import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -200,8 +198,8 @@ class HyperparameterOptimizer(Optimizer):
         params = group["params"]
         # A fused step's tensors live on the parameters' device, in their promoted dtype; an
         # unfused step takes plain numbers, wherever the parameters are.
-        placement = (fused, *((params[0].device, _promoted_dtype(params)) if fused and params
-                              else (None, None)))
+        placement = (fused, *((params[0].device, self.group_number_dtype(group))
+                              if fused and params else (None, None)))
         last = self._last.get(id(group))
         if last is not None and last[1] == placement and last[0] == entries:
             return last[2]
@@ -242,7 +240,7 @@ class HyperparameterOptimizer(Optimizer):
         for a tuple entry such as ``'betas'``), holding them now (those whose value changed
         are filled). Each is 0-d, on ``device`` (the group's parameters', ``None`` for a
         group without any), in ``dtype``: the one eager arithmetic takes a Python number in
-        beside the parameters (:func:`_promoted_dtype`)."""
+        beside the parameters (:meth:`group_number_dtype`)."""
         numeric = {name: value for name, value in values.items() if _is_numeric(value)}
         if device is None or not numeric:
             return {}
@@ -264,13 +262,6 @@ class HyperparameterOptimizer(Optimizer):
         return {**super().__getstate__(), "_hyperparameters": self._hyperparameters,
                 "_options": self._options, "_built": {}, "_tensors": {}, "_moving": {},
                 "_last": {}}
-
-
-def _promoted_dtype(params: Sequence[torch.Tensor]) -> torch.dtype:
-    """The dtype eager arithmetic takes a Python number in beside ``params``: float32 for
-    float32, bfloat16 and float16 ones, float64 for float64 ones."""
-    return functools.reduce(torch.promote_types, set(map(operator.attrgetter("dtype"), params)),
-                            torch.float32)
 
 
 def _is_numeric(value: Any) -> bool:
