@@ -113,3 +113,34 @@ def test_no_module_imports_itself_back():
     for name in sorted(graph):
         visit(name, [])
     assert cycles == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A function, class or constant one module takes from another has a public name (private
+    *modules*, such as ``optax_compat._runtime``, are the layers; their names are not)."""
+    modules = {**_modules("optax_compat"), **_modules("torchopt_fn")}
+    offending = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        aliases: dict[str, str] = {}  # a local name bound to one of our modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    if target in modules:
+                        aliases[alias.asname or alias.name] = target
+                    elif node.module in modules and _private(alias.name):
+                        offending.append(f"{name}: from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                aliases.update({alias.asname: alias.name for alias in node.names
+                                if alias.asname and alias.name in modules})
+        offending.extend(
+            f"{name}: {node.value.id}.{node.attr}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in aliases and _private(node.attr)
+            and f"{aliases[node.value.id]}.{node.attr}" not in modules)
+    assert offending == []

@@ -11,6 +11,7 @@ transformations is one ``optax_compat`` chain behind one adapter, and
 
 from __future__ import annotations
 
+import weakref
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -29,8 +30,10 @@ __all__ = [
     "identity",
 ]
 
-# The attribute of a :func:`from_optax` adapter holding the transformation it adapts.
-_ADAPTED = "optax_transformation"
+# The ``optax_compat`` transformation behind each :func:`from_optax` adapter's ``update``
+# (the very function object: a user's wrapper of it is another one).
+_ADAPTED: weakref.WeakKeyDictionary[Any, optax_compat.GradientTransformationExtraArgs] = (
+    weakref.WeakKeyDictionary())
 
 
 class UninitializedState(NamedTuple):
@@ -182,21 +185,18 @@ def from_optax(tx: optax_compat.GradientTransformation) -> GradientTransformatio
                   inplace: bool = True) -> tuple[Updates, OptState]:
         return extra_args_tx.update(updates, state, params, inplace=inplace)
 
-    setattr(update_fn, _ADAPTED, extra_args_tx)
     bb.elementwise_if(extra_args_tx)(update_fn)  # the fused layouts carry over
     whole_step = inplace_step(tx)
     if whole_step is not None:  # same state: the whole in-place step carries over
         bb.declare(update_fn, whole_step=whole_step)
-    return GradientTransformation(tx.init, update_fn)
+    adapter = GradientTransformation(tx.init, update_fn)
+    _ADAPTED[adapter.update] = extra_args_tx
+    return adapter
 
 
 def _adapted(tx: GradientTransformation) -> optax_compat.GradientTransformationExtraArgs | None:
     """The ``optax_compat`` transformation whose :func:`from_optax` adapter is ``tx.update``."""
-    adapter = getattr(tx.update, "__wrapped__", None)
-    adapted = getattr(adapter, _ADAPTED, None)
-    if adapted is None or bb.tolerates_none(adapter) is not tx.update:
-        return None
-    return adapted
+    return _ADAPTED.get(tx.update)
 
 
 def to_optax(tx: GradientTransformation) -> optax_compat.GradientTransformationExtraArgs:

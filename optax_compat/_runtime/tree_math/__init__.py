@@ -15,7 +15,7 @@ twins, scalars that never promote the leaves' dtypes).
 * :mod:`.distributed` — DTensor leaves (``is_distributed``, ``gathered``,
   ``reduced_for_storage``) and the flat vector of all leaves (``ravel``, ``unravel``).
 * :mod:`.arithmetic` — the foreach kernels and scalar operands, elementwise arithmetic with each
-  pure function followed by its in-place twin (``add``, ``add_``, ...), moving averages, buffers
+  pure function followed by its in-place twin (``add``, ``add_``, ...), buffers
   and ``blocks`` for in-place steps, reductions (``sum_of_squares``, ``vdot``, ``norms``, ...).
 
 ``arithmetic`` imports ``distributed`` and ``trees``; ``distributed`` imports ``trees``. A test

@@ -20,7 +20,7 @@ Conventions:
 This module holds the kernels (:func:`foreach`, leaf by leaf under ``vmap``), scalar operands
 and dtypes, the elementwise arithmetic with each pure function followed by its in-place twin
 (``add`` then ``add_``; a twin runs the same kernels, so both paths give bit-identical numbers),
-moving averages, buffers and blocks for in-place steps, then reductions (sums, inner products,
+buffers and blocks for in-place steps, then reductions (sums, inner products,
 norms, one scalar per leaf). Flattening and structure checks are in :mod:`.trees`, DTensor
 leaves and the flat vector of all leaves in :mod:`.distributed`.
 """
@@ -37,7 +37,7 @@ from optax_compat._runtime.dtypes import as_weak, default_float
 from optax_compat._runtime.numbers import is_one
 from optax_compat._runtime.tree_math.distributed import is_distributed
 from optax_compat._runtime.tree_math.trees import (
-    _PLAIN_TENSOR_TYPES,
+    PLAIN_TENSOR_TYPES,
     Leaves,
     attributes,
 )
@@ -173,7 +173,7 @@ def _cpu_tensor_scalar(scalar: Any, xs: Leaves) -> Any:
     number.
     """
     if (type(scalar) not in (float, int) or torch.compiler.is_compiling()
-            or set(map(type, xs)) - _PLAIN_TENSOR_TYPES):
+            or set(map(type, xs)) - PLAIN_TENSOR_TYPES):
         return scalar
     dtypes = set(attributes("dtype", xs))
     if len(dtypes) != 1 or not dtypes <= _OWN_PRECISION_DTYPES or not all(attributes("is_cpu", xs)):

@@ -21,7 +21,7 @@ Leaves = list[torch.Tensor]
 
 NONE_IS_LEAF = False
 NAMESPACE = "optax_compat"  # sees global registrations too, plus our private node types
-_PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 # Where Dynamo keeps its Python substitute for optree (its ``PyTreeSpec``, the structures
 # ``optree.tree_flatten`` returns while tracing); loaded with Dynamo.
 _SUBSTITUTE_MODULE = "torch._dynamo.polyfills.pytree"
@@ -78,11 +78,11 @@ def _flatten_one_level(tree: Any) -> tuple[Leaves, optree.PyTreeSpec] | None:
     """
     kind = type(tree)
     if kind is list or kind is tuple:
-        if len(tree) > 1 and _PLAIN_TENSOR_TYPES.issuperset(map(type, tree)):
+        if len(tree) > 1 and PLAIN_TENSOR_TYPES.issuperset(map(type, tree)):
             return list(tree), _sequence_spec(kind, len(tree))
     elif kind is dict and len(tree) > 1:
         values = list(tree.values())
-        if _PLAIN_TENSOR_TYPES.issuperset(map(type, values)):
+        if PLAIN_TENSOR_TYPES.issuperset(map(type, values)):
             spec, in_leaf_order = _dict_spec(tuple(tree))
             return list(in_leaf_order(values)), spec
     return None
@@ -277,7 +277,7 @@ def _traced_node_of_tensors(tree: Any, none_is_leaf: bool) -> tuple[Any, ...] | 
     # Checked before flattening: optree 0.20's flattening of a dict of Python constants
     # returns metadata Dynamo cannot hold, which breaks the graph.
     values = tree.values() if kind is dict else tree
-    if not all(type(child) in _PLAIN_TENSOR_TYPES for child in values):
+    if not all(type(child) in PLAIN_TENSOR_TYPES for child in values):
         return None
     return optree.tree_flatten_one_level(tree, none_is_leaf=none_is_leaf, namespace=NAMESPACE)
 
