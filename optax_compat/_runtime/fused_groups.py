@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -113,6 +114,8 @@ class FusedGroup:
             elif entry.kind is group_layout.HYPERPARAMETER:
                 self._hyperparameters.append((entry, per_part))
         self._grads = list(self.engine.grads)
+        # The first gradient the last step that copied gradients copied (see ``step``).
+        self._copied: weakref.ref[torch.Tensor] | None = None
         self._pointers = [p.data_ptr() for p in params]
         # What ``sync`` compares the state with: each parameter's entries, in order.
         self._entries = operator.itemgetter(*self._keys) if self._keys else None
@@ -167,7 +170,11 @@ class FusedGroup:
 
         A gradient that is the parameter's own ``.grad`` but not its view of the gradient
         buffer is copied there, and the view becomes the ``.grad`` (same values), so that the
-        next backward pass accumulates into the buffer and the next step copies nothing.
+        next backward pass accumulates into the buffer (``zero_grad(set_to_none=False)``) and
+        the next step copies nothing. That is done at the first step that copies, and at a
+        step whose gradients are those of the last one that copied; not while backward makes
+        new ones after ``zero_grad()`` set them to ``None`` (the views would not stay: setting
+        the ``.grad`` of a thousand parameters costs about a millisecond).
         """
         for entry, nodes in self._hyperparameters:
             value = group[entry.key]
@@ -189,9 +196,12 @@ class FusedGroup:
                 raise RuntimeError(f"A gradient has shape {tuple(source.shape)}, its "
                                    f"parameter {tuple(self._grads[i].shape)}.")
         torch._foreach_copy_([self._grads[i] for i in copied], sources)
-        for i, source in zip(copied, sources, strict=True):
-            if source is params[i].grad:
-                params[i].grad = self._grads[i]
+        if copied:
+            previous, self._copied = self._copied, weakref.ref(sources[0])
+            if previous is None or previous() is sources[0]:
+                for i, source in zip(copied, sources, strict=True):
+                    if source is params[i].grad:
+                        params[i].grad = self._grads[i]
         own = self._own_views
         kept = [(i, params[i].clone(), [views[i].clone() for views in own]) for i in skipped]
         for i in skipped:

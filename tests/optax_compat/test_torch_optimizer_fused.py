@@ -146,6 +146,29 @@ def test_gradients_kept_as_views_accumulate_and_are_not_copied_again():
     assert all(p.grad is view for p, view in zip(fused_model.parameters(), grads, strict=True))
 
 
+def test_gradients_set_to_none_are_copied_without_being_replaced_by_views_after_the_first():
+    (model, plain), (fused_model, fused) = _pair(lambda: optax.sgd(0.05, momentum=0.9))
+
+    def train(steps, set_to_none):
+        for step in steps:
+            x, y = _batch(step)
+            for optimizer, m in ((plain, model), (fused, fused_model)):
+                optimizer.zero_grad(set_to_none=set_to_none)
+                torch.nn.functional.mse_loss(m(x), y).backward()
+                optimizer.step()
+        views = fused._fused[0].engine.grads
+        return [p.grad is view for p, view in zip(fused_model.parameters(), views, strict=True)]
+
+    assert all(train(range(1), True))
+    # Backward makes new gradients after zero_grad(): the views given at the first step
+    # did not stay, so the next steps copy without setting ``.grad``.
+    assert not any(train(range(1, 4), True))
+    _assert_same((model, fused_model), (plain, fused), "set_to_none=True")
+    # Kept gradients (accumulated in place) are those of the last step: views again.
+    assert all(train(range(4, 6), False))
+    _assert_same((model, fused_model), (plain, fused), "then set_to_none=False")
+
+
 def test_a_scheduler_drives_the_learning_rate_without_recompiling():
     make = lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=0.1)
     (model, plain), (fused_model, fused) = _pair(make, fused_backend="aot_eager")
