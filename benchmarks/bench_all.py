@@ -23,8 +23,10 @@ otherwise their defaults (``sgd`` with momentum 0.9, ``lbfgs`` without line sear
 * ``TorchOptimizer`` / ``TorchOptimizer fused``: ``optax_compat.TorchOptimizer(params, tx)``
   and ``TorchOptimizer(params, tx, fused=True)``, ``step()`` with the gradients in ``.grad``
   (the fused one copies them into its gradient buffer at its first step and keeps them there as
-  views, as a backward pass into zeroed gradients would leave them); a dash where the fused one
-  steps unfused; its compile seconds are reported;
+  views, as a backward pass into zeroed gradients would leave them; with ``--fresh-gradients``
+  every step finds new ``.grad`` tensors, as after ``zero_grad()``, and the fused one copies
+  them at every step); a dash where the fused one steps unfused; its compile seconds are
+  reported;
 * ``torchopt_fn fused``: ``torchopt_fn.Adam``/``AdamW``/``SGD(params, ..., fused=True)``, as
   ``TorchOptimizer fused``;
 * ``torch foreach`` / ``torch fused``: ``torch.optim``'s class for the algorithm with
@@ -249,8 +251,9 @@ class OptimizerStep:
     def __init__(self, name: str, shapes: Shapes, fused: bool, torchopt_fn: bool = False
                  ) -> None:
         params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
-        for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
-            param.grad = grad
+        prepare = bench_step.gradients_in_grad(params, shapes)
+        if prepare is not None:
+            self.prepare = prepare
         if torchopt_fn:
             import torchopt_fn as module
 
@@ -546,7 +549,8 @@ def worker_command(args: argparse.Namespace, size: str, optimizers: list[str],
                "--warmup", str(args.warmup), "--budget", str(args.budget),
                "--threads", str(args.threads), "--implementations", args.implementations,
                "--device", args.device]
-    return command + (["--keep-freed-memory"] if args.keep_freed_memory else [])
+    return (command + (["--keep-freed-memory"] if args.keep_freed_memory else [])
+            + (["--fresh-gradients"] if args.fresh_gradients else []))
 
 
 def worker_environment(threads: int) -> dict[str, str]:
@@ -804,7 +808,7 @@ def main() -> None:
                        for index, (cell, width) in enumerate(zip(cells, widths)))
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
-          f"{args.device}; median "
+          f"{args.device}; {'new' if args.fresh_gradients else 'kept'} .grad tensors; median "
           f"of {args.repeats} interleaved steps after {args.warmup}; budget {args.budget:g} s "
           f"per cell; ms (* another variant of the algorithm, ~ fewer steps: budget)")
     print(line(results.time_columns()), flush=True)

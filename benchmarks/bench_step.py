@@ -52,6 +52,9 @@ Step = Callable[[], None]
 Setup = Callable[[list[tuple[int, int]]], Step]
 # The device every benchmark builds its tensors on (``--device``; see :func:`use_device`).
 DEVICE = torch.device("cpu")
+# Whether the ``torch.optim``-style steps find new ``.grad`` tensors before each step
+# (``--fresh-gradients``; see :func:`gradients_in_grad`).
+FRESH_GRADIENTS = False
 
 
 def use_device(device: str | torch.device) -> None:
@@ -231,12 +234,36 @@ def torch_optim(name: str, implementation: str) -> Setup | None:
     return lambda shapes: torch_step(cls, kwargs, shapes)
 
 
-def torch_step(cls: type, kwargs: dict[str, Any], shapes: list[tuple[int, int]]) -> Step:
-    """``cls(params, **kwargs).step`` with the gradients already in ``.grad``."""
-    params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
-    for param, grad in zip(params, random_tensors(shapes, 1), strict=True):
+def gradients_in_grad(params: list[torch.Tensor], shapes: list[tuple[int, int]]
+                      ) -> Callable[[], None] | None:
+    """Puts gradients in the ``.grad`` of ``params``.
+
+    Returns:
+      With ``--fresh-gradients``, what gives them new ``.grad`` tensors of the same values
+      before each step (a step's untimed ``prepare``), as backward makes them after
+      ``zero_grad()`` (torch's default ``set_to_none=True``); else ``None``: the same tensors
+      stay, as backward into zeroed gradients (``set_to_none=False``) leaves them.
+    """
+    grads = random_tensors(shapes, 1)
+    for param, grad in zip(params, grads, strict=True):
         param.grad = grad
-    return cls(params, **kwargs).step
+    if not FRESH_GRADIENTS:
+        return None
+
+    def prepare() -> None:
+        for param, grad in zip(params, grads, strict=True):
+            param.grad = grad.clone()
+
+    return prepare
+
+
+def torch_step(cls: type, kwargs: dict[str, Any], shapes: list[tuple[int, int]]) -> Step:
+    """``cls(params, **kwargs).step`` with the gradients in ``.grad`` (see
+    :func:`gradients_in_grad`)."""
+    params = [p.requires_grad_() for p in random_tensors(shapes, 0)]
+    prepare = gradients_in_grad(params, shapes)
+    step = cls(params, **kwargs).step
+    return step if prepare is None else _with_prepare(step, prepare)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -437,6 +464,10 @@ def add_step_options(parser: argparse.ArgumentParser, *, sizes: str, optimizers:
                              "to the OS (see keep_freed_memory)")
     parser.add_argument("--device", default="cpu",
                         help="where the tensors live and the steps run (cpu, cuda, cuda:1)")
+    parser.add_argument("--fresh-gradients", action="store_true",
+                        help="torch.optim-style steps find new .grad tensors before each step, "
+                             "as backward makes them after zero_grad() (set_to_none=True); by "
+                             "default the same ones stay, as with zero_grad(set_to_none=False)")
     add_markdown_option(parser)
 
 
@@ -454,9 +485,11 @@ def limit_threads(threads: int, first_cpu: int = 0) -> None:
 
 
 def parse_step_options(parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """Parses the command line; applies ``--threads``/``--first-cpu`` and
-    ``--keep-freed-memory``."""
+    """Parses the command line; applies ``--threads``/``--first-cpu``,
+    ``--keep-freed-memory`` and ``--fresh-gradients``."""
+    global FRESH_GRADIENTS
     args = parser.parse_args()
+    FRESH_GRADIENTS = args.fresh_gradients
     if args.threads:
         limit_threads(args.threads, args.first_cpu)
     if args.keep_freed_memory:
