@@ -127,7 +127,13 @@ class TorchOptimizer(torch.optim.Optimizer):
     * a gradient is copied into the gradient buffer, and the parameter's ``.grad`` becomes its
       view of it (same values), as DDP's ``gradient_as_bucket_view`` does: a backward pass then
       accumulates into the buffer and the next step copies nothing, as long as the gradients
-      are zeroed rather than set to ``None`` (``zero_grad(set_to_none=False)``);
+      are zeroed rather than set to ``None`` (``zero_grad(set_to_none=False)``, which gives
+      the same numbers where every parameter gets a gradient at every step). After
+      ``zero_grad()`` (``set_to_none=True``, torch's default) backward makes new gradients,
+      which each step copies (the views are then no longer set as ``.grad``): one more pass
+      over the gradients, which makes a step over few large tensors slower than
+      ``torch.optim``'s fused one (which reads them where they are; see
+      ``benchmarks/bench_all.py --fresh-gradients``);
     * a replaced state entry (``load_state_dict``, a hand edit, a new ``state[p]`` dict) is
       copied back into the buffers before the step, and a parameter whose storage changed
       (``p.data = ...``, ``module.to(...)``) makes the group pack anew. ``state`` is a

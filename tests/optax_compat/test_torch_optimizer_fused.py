@@ -575,3 +575,25 @@ def test_a_compiled_step_runs_the_fused_step_eagerly_with_the_same_numbers():
             run()
     assert type(fused._fused[0]).__name__ == "FusedGroup"
     _assert_same((model, fused_model), (plain, fused), "torch.compile(step)")
+
+
+def test_a_sparse_gradient_is_refused_by_name_and_changes_nothing():
+    embedding = torch.nn.Embedding(10, 3, sparse=True)
+    optimizer = optax.TorchOptimizer(embedding.named_parameters(), optax.sgd(0.1, momentum=0.9),
+                                     fused=True, fused_backend=None)
+    embedding(torch.tensor([1, 2])).sum().backward()
+    before = embedding.weight.detach().clone()
+    with pytest.raises(RuntimeError, match="does not support sparse gradients .'weight'"):
+        optimizer.step()
+    assert torch.equal(embedding.weight, before)
+
+
+def test_a_parameter_reshaped_in_place_gets_a_clear_error_about_its_gradient():
+    weight = torch.nn.Parameter(torch.arange(6.0))
+    optimizer = optax.TorchOptimizer([weight], optax.sgd(0.1), fused=True, fused_backend=None)
+    weight.grad = torch.ones(6)
+    optimizer.step()
+    weight.data = weight.data.view(2, 3)  # the same memory: the group is not packed anew
+    weight.grad = torch.ones(2, 3)
+    with pytest.raises(RuntimeError, match=r"A gradient has shape \(2, 3\), its parameter \(6,\)"):
+        optimizer.step()
