@@ -18,7 +18,6 @@ is read once at start-up, from the environment.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import sys
 from collections.abc import Callable, Sequence
@@ -35,8 +34,7 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        madvise = libc.madvise
+        madvise = ctypes.CDLL(None, use_errno=True).madvise  # the process's libc
     except (OSError, AttributeError):
         return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
