@@ -80,14 +80,6 @@ StepFn = Callable[[base.Params, base.Updates, base.OptState], base.OptState]
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
-class ScaleByAdamState(NamedTuple):
-    """The state of Adam: the step count and the first and second moments."""
-
-    count: torch.Tensor  # 0-d int32
-    mu: base.Updates
-    nu: base.Updates
-
-
 class AdamHyperParams(NamedTuple):
     """What defines one Adam step.
 
@@ -430,21 +422,23 @@ def _check_finite(grad: Optional[torch.Tensor]) -> None:
             stacklevel=2)
 
 
-def scale_by_adam(hp: AdamHyperParams) -> base.GradientTransformationExtraArgs:
+def scale_by_adam(hp: AdamHyperParams,
+                  state_type: Callable[..., Any]) -> base.GradientTransformationExtraArgs:
     """Adam's rescaling ``m_hat / (sqrt(v_hat + eps_root) + eps)`` with hyper-parameters ``hp``.
 
-    See :func:`optax_compat.scale_by_adam`; ``update`` accepts ``inplace``.
+    See :func:`optax_compat.scale_by_adam`; ``update`` accepts ``inplace``. ``state_type``
+    builds the state from ``count``, ``mu`` and ``nu``
+    (:class:`optax_compat.ScaleByAdamState`, defined where Optax defines it).
     """
 
-    def init_fn(params: base.Params) -> ScaleByAdamState:
-        return ScaleByAdamState(count=bb.zero_count(params), mu=bb.zeros(params, hp.mu_dtype),
-                                nu=bb.zeros(params))
+    def init_fn(params: base.Params) -> Any:
+        return state_type(count=bb.zero_count(params), mu=bb.zeros(params, hp.mu_dtype),
+                          nu=bb.zeros(params))
 
     @bb.elementwise
     @bb.supports_inplace
-    def update_fn(updates: base.Updates, state: ScaleByAdamState,
-                  params: Optional[base.Params] = None, *, inplace: bool = False,
-                  **extra_args: Any) -> tuple[base.Updates, ScaleByAdamState]:
+    def update_fn(updates: base.Updates, state: Any, params: Optional[base.Params] = None, *,
+                  inplace: bool = False, **extra_args: Any) -> tuple[base.Updates, Any]:
         del params, extra_args
         gs, spec = tm.float_leaves(updates)
         mus = bb.state_leaves(state.mu, spec, updates, "state.mu")
@@ -453,7 +447,7 @@ def scale_by_adam(hp: AdamHyperParams) -> base.GradientTransformationExtraArgs:
         count_inc = numerics.safe_increment(state.count)
         scaled, new_mus, new_nus = step(plan(hp, gs, mus, nus, mode), hp, count_inc, gs, mus,
                                         nus, mode)
-        return tm.unflatten(spec, scaled), ScaleByAdamState(
+        return tm.unflatten(spec, scaled), type(state)(
             count=count_inc, mu=tm.unflatten(spec, new_mus), nu=tm.unflatten(spec, new_nus))
 
     return base.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -363,8 +363,9 @@ def _on_adam_engine(hp: adam_engine.AdamHyperParams, terms: adam_engine.AliasTer
     """``chain(scale_by_adam(hp), *after_adam)`` on the Adam engine (``adam_engine.adam_alias``:
     whole steps on the fused kernel where they apply, the whole in-place step of
     :func:`optax_compat.inplace_step`). The state is the chain's."""
-    return adam_engine.adam_alias(hp, terms, _combining.chain(adam_engine.scale_by_adam(hp),
-                                                              *after_adam), adam_index=0)
+    direction = adam_engine.scale_by_adam(hp, transform.ScaleByAdamState)
+    return adam_engine.adam_alias(hp, terms, _combining.chain(direction, *after_adam),
+                                  adam_index=0)
 
 
 nadamw = functools.partial(adamw, nesterov=True)

@@ -482,7 +482,12 @@ def scale_by_stddev(
     return _with_extra_args(init_fn, update_fn)
 
 
-ScaleByAdamState = adam_engine.ScaleByAdamState
+class ScaleByAdamState(NamedTuple):
+    """The state of Adam: the step count and the first and second moments."""
+
+    count: torch.Tensor  # 0-d int32
+    mu: base.Updates
+    nu: base.Updates
 
 
 def scale_by_adam(
@@ -529,7 +534,7 @@ def scale_by_adam(
     """
     return adam_engine.scale_by_adam(adam_engine.AdamHyperParams(
         b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov,
-        mu_dtype=bb.canonical_dtype(mu_dtype)))
+        mu_dtype=bb.canonical_dtype(mu_dtype)), ScaleByAdamState)
 
 
 class ScaleByAmsgradState(NamedTuple):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+import optax_compat
 from optax_compat._runtime import adam_engine
 
 __all__ = ["AdamOp"]
@@ -30,7 +31,7 @@ class AdamOp:
         """
         self.b1, self.b2, self.eps, self.eps_root, self.inplace = b1, b2, eps, eps_root, inplace
         self._scale_by_adam = adam_engine.scale_by_adam(adam_engine.AdamHyperParams(
-            b1, b2, eps, eps_root, zero_where_mu_zero=True))
+            b1, b2, eps, eps_root, zero_where_mu_zero=True), optax_compat.ScaleByAdamState)
 
     def __call__(self, mu: torch.Tensor, nu: torch.Tensor, updates: torch.Tensor | None,
                  count: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
@@ -42,7 +43,7 @@ class AdamOp:
         if updates is None:
             return mu, nu, None
         previous = torch.as_tensor(count, dtype=torch.int32, device=updates.device) - 1
-        state = adam_engine.ScaleByAdamState(count=previous, mu=mu, nu=nu)
+        state = optax_compat.ScaleByAdamState(count=previous, mu=mu, nu=nu)
         new_updates, new_state = self._scale_by_adam.update(updates, state,
                                                             inplace=self.inplace)
         return new_state.mu, new_state.nu, new_updates

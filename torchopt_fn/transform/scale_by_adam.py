@@ -5,6 +5,7 @@ TorchOpt's Adam numerics are Optax's: ``m_hat / (sqrt(v_hat + eps_root) + eps)``
 
 from __future__ import annotations
 
+import optax_compat
 from optax_compat._runtime import adam_engine
 from torchopt_fn.base import GradientTransformation
 from torchopt_fn.transform.utils import from_optax, with_moment_requires_grad
@@ -46,8 +47,8 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
 def _on_engine(hp: adam_engine.AdamHyperParams,
                moment_requires_grad: bool) -> GradientTransformation:
     _check_adam_arguments(hp.b1, hp.b2, hp.eps)
-    return with_moment_requires_grad(from_optax(adam_engine.scale_by_adam(hp)),
-                                     moment_requires_grad)
+    direction = adam_engine.scale_by_adam(hp, optax_compat.ScaleByAdamState)
+    return with_moment_requires_grad(from_optax(direction), moment_requires_grad)
 
 
 def scale_by_accelerated_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
