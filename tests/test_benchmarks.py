@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -126,3 +127,17 @@ def test_the_custom_optimizer_notebook_shows_the_code_the_benchmark_times(monkey
     for shown in (custom_optimizers.ScaleByAdamAtan2State, custom_optimizers.scale_by_adam_atan2,
                   custom_optimizers.adam_atan2):
         assert inspect.getsource(shown).rstrip() in code
+
+
+def test_an_iteration_times_its_step_inside_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_iteration
+
+    make = bench_iteration.IMPLEMENTATIONS["TorchOptimizer fused"]("sgd")
+    iteration = bench_iteration.Iteration(make, [(2, 3), (4, 1)], set_to_none=True)
+    before = [p.detach().clone() for p in iteration.params]
+    for _ in range(2):
+        iteration()
+    assert len(iteration.step_seconds) == 2
+    assert all(p.grad is not None for p in iteration.params)  # backward made gradients
+    assert not any(torch.equal(p, q) for p, q in zip(iteration.params, before))

@@ -109,7 +109,7 @@ def _check_notebooks(site: pathlib.Path) -> None:
 def _check_benchmarks(site: pathlib.Path) -> None:
     for script, page in (("bench_all", "all"), ("bench_step", "step"), ("bench_fused", "fused"),
                          ("bench_contrib", "contrib"), ("bench_muon", "muon"),
-                         ("bench_visual", "visual")):
+                         ("bench_visual", "visual"), ("bench_iteration", "iteration")):
         results = (ROOT / "benchmarks" / "results" / f"{script}.md").read_text()
         row = results.strip().splitlines()[-1].split("|")[1].strip()
         assert f"benchmarks/{script}.py" in results
