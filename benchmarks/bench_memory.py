@@ -128,18 +128,25 @@ def _torch_step(make: Callable[[Any], torch.optim.Optimizer],
     return optimizer.step
 
 
-def speed_part(sizes: list[str], repeats: int) -> tuple[list[str], list[list[str]]]:
-    labels = ["fused float32", "fused 8-bit", "TorchOptimizer 8-bit", *EXTERNAL]
+SPEED_LABELS = ("fused float32", "fused 8-bit", "TorchOptimizer 8-bit", *EXTERNAL)
+
+
+def speed_part(sizes: list[str], repeats: int, labels: list[str]
+               ) -> tuple[list[str], list[list[str]]]:
+    """The step times of ``labels`` (among :data:`SPEED_LABELS`; the two fused ones always)."""
+    labels = [label for label in SPEED_LABELS
+              if label in labels or label in ("fused float32", "fused 8-bit")]
     rows = []
     for size in sizes:
         shapes = shapes_for(*SIZES[size])
         steps: dict[str, Callable[[], None]] = {
             "fused float32": _Fused(_ours("float32"), shapes),
-            "fused 8-bit": _Fused(_ours("8-bit"), shapes),
-            "TorchOptimizer 8-bit": _torch_step(
-                lambda params: optax.TorchOptimizer(params, _ours("8-bit")), shapes)}
+            "fused 8-bit": _Fused(_ours("8-bit"), shapes)}
+        if "TorchOptimizer 8-bit" in labels:
+            steps["TorchOptimizer 8-bit"] = _torch_step(
+                lambda params: optax.TorchOptimizer(params, _ours("8-bit")), shapes)
         for label, name in EXTERNAL.items():
-            make = _external(name)
+            make = _external(name) if label in labels else None
             if make is not None and "8bit" in name:
                 steps[label] = _torch_step(make, shapes)
         for step in steps.values():
@@ -303,6 +310,9 @@ def main() -> None:
                         help="keep freed memory in the process (see bench_step.keep_freed_memory)")
     parser.add_argument("--device", default="cpu",
                         help="where the speed part's tensors live and its steps run")
+    parser.add_argument("--speed-implementations", default=",".join(SPEED_LABELS),
+                        help="the speed part's columns, comma-separated among "
+                             f"{', '.join(SPEED_LABELS)} (the two fused ones always)")
     add_markdown_option(parser)
     args = parser.parse_args()
     if args.threads:
@@ -317,7 +327,8 @@ def main() -> None:
                        *bytes_part()))
     if "speed" in parts:
         tables.append(("One step, ms, median of interleaved steps (float32 parameters).",
-                       *speed_part(args.sizes.split(","), args.repeats)))
+                       *speed_part(args.sizes.split(","), args.repeats,
+                                   args.speed_implementations.split(","))))
     if "quality" in parts:
         tables.append((f"Held-out loss after {args.steps} steps of AdamW on the small causal "
                        "language model.", *quality_part(args.steps,
