@@ -32,7 +32,7 @@ def test_dry_run_lists_every_torch_and_optree_pair_and_creates_nothing(
     cells = [line for line in result.stdout.splitlines() if line.startswith("torch ")]
     assert [cell.split(" | ")[:2] for cell in cells] == [
         [f"torch {torch}", f"optree {optree}"]
-        for torch in ("2.13.0", "2.14.1", "latest") for optree in ("0.19.1", "0.20.0")]
+        for torch in ("2.13.0", "2.14.1", "latest") for optree in ("0.13.0", "0.20.0")]
     assert all(str(where) in cell for cell in cells)
     assert "PIP_CONFIG_FILE=/dev/null" in cells[-1] and "PIP_CONFIG_FILE" not in cells[0]
     assert "tests/torchopt_fn/test_visual_fusion.py" in result.stdout
@@ -45,6 +45,12 @@ def test_versions_and_directory_can_be_chosen(tmp_path: pathlib.Path) -> None:
     cells = [line for line in result.stdout.splitlines() if line.startswith("torch ")]
     assert cells == [f"torch 2.14.1 | optree 0.20.0 | {tmp_path}/torch-2.14.1, "
                      "the machine's pip configuration"]
+
+
+def test_the_whole_suite_can_be_chosen(tmp_path: pathlib.Path) -> None:
+    result = run("--dry-run", "--whole-suite", "--dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "tests: tests --ignore=tests/test_docs.py" in result.stdout  # no docs extra there
 
 
 @pytest.mark.parametrize("args", [("--bogus",), ("--timeout", "soon"), ("--dir",),

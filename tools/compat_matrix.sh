@@ -25,7 +25,8 @@ Options:
                      (default: $COMPAT_MATRIX_DIR, else ~/.cache/optax-compat-matrix);
                      point it at a directory holding torch-VERSION venvs to reuse them
   --torch "V ..."    torch versions (default: "2.13.0 2.14.1 latest")
-  --optree "V ..."   optree versions (default: "0.19.1 0.20.0")
+  --optree "V ..."   optree versions (default: "0.13.0 0.20.0", the ends of the range
+                     pyproject.toml admits)
   --timeout SECONDS  time limit of each test run and of each pip call (default: 1800):
                      a run takes at most about
                      torch versions x (2 x optree versions + 3) x SECONDS
@@ -41,7 +42,7 @@ EOF
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${COMPAT_MATRIX_DIR:-$HOME/.cache/optax-compat-matrix}
 torch_versions="2.13.0 2.14.1 latest"
-optree_versions="0.19.1 0.20.0"
+optree_versions="0.13.0 0.20.0"
 cell_timeout=1800
 python=python3
 dry_run=0
