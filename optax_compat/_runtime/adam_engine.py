@@ -34,16 +34,18 @@ first scales the params by ``1 - lr * wd``, as the kernel does). ``"formula"`` l
 step to the alias's transformations, one after another.
 
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
-an infinite moment into NaN at the next finite gradient), except inside the fused kernel, whose
-first moment is a ``lerp``: from the first finite gradient after an infinite one, its ``mu``
-holds NaN where Optax's holds inf. That is the one place where a path differs from Optax on
-non-finite gradients, and only in the state: the infinite gradient also made ``nu`` infinite,
-so Optax's updates are ``inf / inf`` (NaN) from that step on, as the kernel's, and the
-parameters agree (NaN in both).
+an infinite moment into NaN at the next finite gradient). The fused kernel's first moment is a
+``lerp``, so on the CPU a step whose moments hold a non-finite value (read off ``nu``'s
+maximum: one pass over ``nu``) takes the ``"foreach"`` path instead, and the state stays
+Optax's. On CUDA, where that read would stall the stream, the kernel runs on such moments as
+torch.optim's fused Adam does: from the first finite gradient after an infinite one its ``mu``
+holds NaN where Optax's holds inf, and only the state differs (the infinite gradient also made
+``nu`` infinite, so Optax's updates are ``inf / inf``, NaN, from that step on, as the kernel's).
 
-Nothing reads a tensor on the host: the step count stays a tensor. The kernel forms its bias
-corrections ``c = 1 - b ** t`` in float64 where Optax uses the leaves' dtype (``1 - 0.999 ** t``
-in float32 is ~1e-5 off for small ``t``), so the learning rate handed to it (a tensor computed
+Nothing reads a tensor on the host except that CPU check (where a host read waits on nothing):
+the step count stays a tensor. The kernel forms its bias corrections ``c = 1 - b ** t`` in
+float64 where Optax uses the leaves' dtype (``1 - 0.999 ** t`` in float32 is ~1e-5 off for
+small ``t``), so the learning rate handed to it (a tensor computed
 on the device) is ``lr * c1_kernel * sqrt(c2_optax) / (c1_optax * sqrt(c2_kernel))``: the
 kernel then evaluates Optax's ``m / c1 / (sqrt(v / c2) + eps')`` with
 ``eps' = eps * sqrt(c2_kernel / c2_optax)``, a relative difference of at most
@@ -203,8 +205,24 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
             or not (all(tm.attributes("is_cpu", gs)) or all(tm.attributes("is_cuda", gs)))):
         return False
     # Buffers written in place are read by the kernel as packed memory.
-    return (mode != "apply" or params is None
-            or all(map(torch.Tensor.is_contiguous, itertools.chain(mus, nus, params))))
+    if mode == "apply" and params is not None and not all(
+            map(torch.Tensor.is_contiguous, itertools.chain(mus, nus, params))):
+        return False
+    return not (gs[0].is_cpu and _may_hold_infinite_moments(nus))
+
+
+def _may_hold_infinite_moments(nus: tm.Leaves) -> bool:
+    """Whether a first moment may be infinite or NaN, read off the second moments (CPU).
+
+    The kernel's first moment is a ``lerp``, which turns an infinite moment into NaN at the
+    next finite gradient where Optax's stays infinite, so such a step takes the multi-tensor
+    path. Where a first moment is infinite or NaN, so is the second (the same gradient,
+    squared), and a second moment is never negative: one ``max`` per tensor finds them. A
+    squared gradient that overflows also answers yes, and merely costs that step the kernel.
+    On the CPU the host read is free; on CUDA it would stall the stream, so there the kernel
+    runs on such moments as torch.optim's fused Adam does.
+    """
+    return not bool(torch.stack(torch._foreach_max(nus)).isfinite().all())
 
 
 def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,

@@ -49,9 +49,6 @@ Optax quirks that the fuzzer steps around, each for a reason:
   strategy's ``min_magnitude``): ``(1 - b1) * g`` for ``g`` near float32's smallest normal
   is 0 in JAX, op by op and under ``jax.jit``, and -7.8e-39 in PyTorch, and ``lion``'s sign
   of it is then 0 against -1.
-* A state leaf that is NaN here where Optax's is infinite is accepted: the Adam engine's fused
-  kernel forms the first moment with a ``lerp`` (documented in ``adam_engine``; the updates and
-  params, NaN in both from the infinite gradient on, are compared as usual).
 * Updates and params are compared at the tolerance of the least precise value that feeds them,
   the state's leaves and the schedules' values included: a float32 hyper-parameter (a
   schedule's value at the int32 count, in the state of ``inject_hyperparams`` or not) gives
@@ -287,14 +284,6 @@ def _muon_tolerances(program):
     return {}
 
 
-def _kernel_moments(ours_leaves, theirs_leaves):
-    """Optax's state leaves as arrays, NaN where Optax's are infinite and ours NaN: the Adam
-    engine's fused kernel (a ``lerp``) documents that first moment (see the module docstring)."""
-    return [np.where(np.isinf(theirs) & torch.isnan(ours).numpy(), np.nan, theirs)
-            if isinstance(ours, torch.Tensor) and ours.is_floating_point() else theirs
-            for ours, theirs in ((a, np.asarray(b)) for a, b in zip(ours_leaves, theirs_leaves))]
-
-
 def _compare(ours_trace, theirs_trace, program, flat=False, state=True):
     """Asserts that two traces agree (the module docstring says on what); ``flat``: ours comes
     from :func:`_run_fused` (no updates, the state on flat buffers); ``state=False``: the
@@ -326,8 +315,8 @@ def _compare(ours_trace, theirs_trace, program, flat=False, state=True):
             rtol, atol = (testing.tolerance(torch.zeros((), dtype=torch.float32))
                           if any("schedule_free" in c.name for c in _configs(program.config))
                           else testing.tolerance(ours_leaves, _schedule_values(program)))
-            testing.assert_trees_all_close(ours_leaves, _kernel_moments(ours_leaves, theirs_leaves),
-                                           rtol=rtol, atol=atol, what=f"{where}: state")
+            testing.assert_trees_all_close(ours_leaves, theirs_leaves, rtol=rtol, atol=atol,
+                                           what=f"{where}: state")
         if ours[0] == "step":
             for position, what in ((1, "updates"), (2, "params")):
                 if ours[position] is None:
