@@ -222,7 +222,8 @@ def _may_hold_infinite_moments(nus: tm.Leaves) -> bool:
     On the CPU the host read is free; on CUDA it would stall the stream, so there the kernel
     runs on such moments as torch.optim's fused Adam does.
     """
-    return not bool(torch.stack(torch._foreach_max(nus)).isfinite().all())
+    filled = list(filter(torch.Tensor.numel, nus))  # the max of no elements is undefined
+    return bool(filled) and not bool(torch.stack(torch._foreach_max(filled)).isfinite().all())
 
 
 def step(path: Path, hp: AdamHyperParams, count_inc: torch.Tensor, gs: tm.Leaves, mus: tm.Leaves,

@@ -216,6 +216,10 @@ def test_plan(mode: str) -> None:
     for bad in (float("inf"), float("nan")):
         assert adam_engine.plan(hp, x, [torch.zeros(3)], [torch.tensor([0.0, bad, 1.0])], mode,
                                 terms, x) == "foreach"
+    # Leaves with no elements go along (the check of the moments skips them).
+    two = [torch.ones(3), torch.ones(0)]
+    assert adam_engine.plan(hp, two, [torch.zeros(3), torch.zeros(0)],
+                            [torch.zeros(3), torch.zeros(0)], mode, terms, two) == kernel
     if mode == "apply":  # buffers written by the kernel must be packed
         transposed = [torch.zeros(3, 2).t()]
         assert adam_engine.plan(hp, [torch.ones(2, 3)], transposed, transposed, mode, terms,
@@ -440,3 +444,26 @@ def test_meta_adam_default_path_warns_once_naming_eps_root(
         warnings.simplefilter("error")
         meta_gradients(accelerated=False)  # once only
         assert all(torch.isfinite(g).all() for g in meta_gradients(False, eps_root=1e-8))
+
+
+def test_a_parameter_with_no_elements_steps_like_torch_optim() -> None:
+    def make():
+        params = [torch.nn.Parameter(torch.linspace(-1.0, 1.0, 6)), torch.nn.Parameter(
+            torch.zeros(0, 4))]
+        for p in params:
+            p.grad = torch.ones_like(p)
+        return params
+
+    ours, theirs = make(), make()
+    ours_optimizer = optax_compat.TorchOptimizer(ours, optax_compat.adam(0.1))
+    theirs_optimizer = torch.optim.Adam(theirs, lr=0.1)
+    for _ in range(3):
+        ours_optimizer.step()
+        theirs_optimizer.step()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.detach(), b.detach())
+    tx = optax_compat.adam(0.1)
+    params = {"w": torch.ones(3), "empty": torch.zeros(0)}
+    updates, _ = tx.update({"w": torch.ones(3), "empty": torch.zeros(0)}, tx.init(params),
+                           params)
+    assert updates["empty"].shape == (0,)
