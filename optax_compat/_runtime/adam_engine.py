@@ -35,7 +35,10 @@ step to the alias's transformations, one after another.
 
 Moments follow Optax's update ``(1 - b) * g + b * m`` on every path (not ``lerp``, which turns
 an infinite moment into NaN at the next finite gradient). The fused kernel's first moment is a
-``lerp``, so on the CPU a step whose moments hold a non-finite value (read off ``nu``'s
+``lerp``: for ``b1 <= 0.5`` it gives NaN at an infinite gradient, so such steps never take
+the kernel; for larger ``b1`` it keeps an infinite gradient's moment infinite but turns an
+infinite moment into NaN at the next finite gradient, so on the CPU a step whose moments
+hold a non-finite value (read off ``nu``'s
 maximum: one pass over ``nu``) takes the ``"foreach"`` path instead, and the state stays
 Optax's. On CUDA, where that read would stall the stream, the kernel runs on such moments as
 torch.optim's fused Adam does: from the first finite gradient after an infinite one its ``mu``
@@ -192,6 +195,9 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
             or (gs[0].is_cuda and gs[0].dtype == torch.float64)
             or torch.compiler.is_compiling()
             or not bb.is_zero(hp.eps_root)
+            # The kernel's ``lerp(m, g, 1 - b1)`` computes ``g - (g - m) * b1`` for weights of
+            # at least 0.5: NaN at an infinite gradient, where Optax's moment is infinite.
+            or not hp.b1 > 0.5
             or not all(map(bb.is_number, (terms.weight_decay, terms.l2)))
             or (mode == "pure" and not bb.is_zero(terms.l2))):
         return False

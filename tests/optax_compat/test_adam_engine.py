@@ -216,6 +216,9 @@ def test_plan(mode: str) -> None:
     for bad in (float("inf"), float("nan")):
         assert adam_engine.plan(hp, x, [torch.zeros(3)], [torch.tensor([0.0, bad, 1.0])], mode,
                                 terms, x) == "foreach"
+    # Nor does b1 <= 0.5: the kernel's lerp then gives NaN at an infinite gradient.
+    assert adam_engine.plan(hp._replace(b1=0.5), x, [torch.zeros(3)], [torch.zeros(3)], mode,
+                            terms, x) == "foreach"
     # Leaves with no elements go along (the check of the moments skips them).
     two = [torch.ones(3), torch.ones(0)]
     assert adam_engine.plan(hp, two, [torch.zeros(3), torch.zeros(0)],
