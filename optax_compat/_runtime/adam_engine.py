@@ -67,7 +67,6 @@ References:
 from __future__ import annotations
 
 import functools
-import itertools
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Optional
@@ -75,6 +74,7 @@ from typing import Any, Literal, NamedTuple, Optional
 import torch
 
 from optax_compat import _runtime as bb
+from optax_compat._runtime import torch_kernels
 from optax_compat._runtime import tree_math as tm
 from optax_compat._src import base, numerics
 
@@ -82,7 +82,6 @@ Path = Literal["formula", "foreach", "kernel"]
 Mode = Literal["pure", "inplace", "apply"]
 StepFn = Callable[[base.Params, base.Updates, base.OptState], base.OptState]
 
-_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 class AdamHyperParams(NamedTuple):
@@ -189,11 +188,10 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
                  mode: Mode, terms: AliasTerms, params: Optional[tm.Leaves]) -> bool:
     """Whether the fused kernel computes this step, whose leaves have one dtype (see the
     module's docstring)."""
-    if (not terms.fused_kernel or gs[0].dtype not in _KERNEL_DTYPES
+    if (not terms.fused_kernel
             # On CUDA the kernel reads a tensor learning rate as float32: float64 leaves
             # would lose their precision in it (on the CPU it reads a float64 one).
             or (gs[0].is_cuda and gs[0].dtype == torch.float64)
-            or torch.compiler.is_compiling()
             or not bb.is_zero(hp.eps_root)
             # The kernel's ``lerp(m, g, 1 - b1)`` computes ``g - (g - m) * b1`` for weights of
             # at least 0.5: NaN at an infinite gradient, where Optax's moment is infinite.
@@ -205,16 +203,10 @@ def _kernel_fits(hp: AdamHyperParams, gs: tm.Leaves, mus: tm.Leaves, nus: tm.Lea
     if reads_params and (params is None or not _same_dtypes(gs, {gs[0].dtype}, params)
                          or tm.is_recording(params)):
         return False
-    # Plain tensors only: a DTensor (FSDP2) leaf would meet the kernel's plain-tensor learning
-    # rate and step counts; the foreach path runs on DTensors.
-    if (set(map(type, gs)) != {torch.Tensor} or set(tm.attributes("layout", gs)) != {torch.strided}
-            or not (all(tm.attributes("is_cpu", gs)) or all(tm.attributes("is_cuda", gs)))):
-        return False
     # Buffers written in place are read by the kernel as packed memory.
-    if mode == "apply" and params is not None and not all(
-            map(torch.Tensor.is_contiguous, itertools.chain(mus, nus, params))):
-        return False
-    return not (gs[0].is_cpu and _may_hold_infinite_moments(nus))
+    written = (mus, nus, params) if mode == "apply" and params is not None else ()
+    return torch_kernels.takes(gs, written) and not (
+        gs[0].is_cpu and _may_hold_infinite_moments(nus))
 
 
 def _may_hold_infinite_moments(nus: tm.Leaves) -> bool:
