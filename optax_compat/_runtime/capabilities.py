@@ -35,12 +35,18 @@ class Capabilities:
         wrapper of :func:`~optax_compat._runtime.none_gradients.tolerates_none`).
       whole_step: the whole in-place step ``step(params, grads, state) -> state`` on the same
         state as ``update`` (see :func:`optax_compat.inplace_step`), or ``None``.
+      whole_step_reads_grads_in_place: ``whole_step`` is one pass of one of PyTorch's fused
+        kernels over each tensor, reading the gradients where they are wherever
+        :func:`~optax_compat._runtime.torch_kernels.takes` them: over few large tensors it
+        costs less than copying new gradients into packed buffers
+        (``TorchOptimizer(..., fused=True)`` then takes it).
     """
 
     inplace: Optional[bool] = None
     layouts: Optional[Mapping[str, Optional[str]]] = None
     tolerates_none: bool = False
     whole_step: Optional[Callable[..., Any]] = None
+    whole_step_reads_grads_in_place: bool = False
 
 
 _UNDECLARED = Capabilities()

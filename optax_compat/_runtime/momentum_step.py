@@ -56,15 +56,19 @@ def sgd_step(tx: base.GradientTransformation, learning_rate: Any, momentum: Any,
     return step
 
 
+def on_the_kernel(learning_rate: Any, momentum: Any) -> bool:
+    """Whether steps with these hyper-parameters run on ``torch._fused_sgd_`` wherever its
+    leaves fit (:func:`~optax_compat._runtime.torch_kernels.takes`): numbers, and a momentum
+    other than zero, at which the kernel keeps no trace where Optax's holds the last
+    gradient."""
+    return bb.is_number(learning_rate) and bb.is_number(momentum) and not bb.is_zero(momentum)
+
+
 def _kernel_takes(leaves: tm.Leaves, gs: tm.Leaves, traces: tm.Leaves, learning_rate: Any,
                   momentum: Any) -> bool:
     """Whether ``torch._fused_sgd_`` takes this step (leaves, grads and traces that have the
-    same dtypes, leaf by leaf).
-
-    A momentum of zero is left to the multi-tensor path: the kernel then keeps no trace, where
-    Optax's trace holds the last gradient.
-    """
-    return (bool(leaves) and bb.is_number(learning_rate) and bb.is_number(momentum)
-            and not bb.is_zero(momentum) and len(set(tm.attributes("dtype", gs))) == 1
+    same dtypes, leaf by leaf)."""
+    return (bool(leaves) and on_the_kernel(learning_rate, momentum)
+            and len(set(tm.attributes("dtype", gs))) == 1
             and not tm.is_batched(gs) and tm.same_shapes(gs, traces)
             and tm.same_shapes(gs, leaves) and torch_kernels.takes(gs, (gs, traces, leaves)))

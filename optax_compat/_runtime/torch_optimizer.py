@@ -133,7 +133,10 @@ class TorchOptimizer(torch.optim.Optimizer):
       which each step copies (the views are then no longer set as ``.grad``): one more pass
       over the gradients, which makes a step over few large tensors slower than
       ``torch.optim``'s fused one (which reads them where they are; see
-      ``benchmarks/bench_all.py --fresh-gradients``);
+      ``benchmarks/bench_all.py --fresh-gradients``). Where the transformation's whole
+      in-place step is such a kernel (``sgd`` with momentum and a constant learning rate, on
+      ``torch._fused_sgd_``) and the tensors are large (16,384 elements or more on average),
+      a step over new gradients runs it over the packed views instead, reading them in place;
     * a replaced state entry (``load_state_dict``, a hand edit, a new ``state[p]`` dict) is
       copied back into the buffers before the step, and a parameter whose storage changed
       (``p.data = ...``, ``module.to(...)``) makes the group pack anew. ``state`` is a
@@ -552,10 +555,12 @@ class TorchOptimizer(torch.optim.Optimizer):
     def _fused_step(self, index: int, group: Mapping[str, Any], layout: group_layout.Layout,
                     params: tuple[torch.Tensor, ...],
                     grads: tuple[torch.Tensor | None, ...]) -> bool:
-        """Steps group ``index`` on the fused engine; ``False`` if it cannot fuse. (Under
-        ``torch.compile`` it runs eagerly: the fused step is compiled already.)"""
+        """Steps group ``index`` on the fused engine; ``False`` if it cannot fuse, or if this
+        step is better left to the unfused whole step over the packed views
+        (:meth:`FusedGroup.leaves_to_the_whole_step`). (Under ``torch.compile`` it runs
+        eagerly: the fused step is compiled already.)"""
         fused = self._fused_group(index, group, layout, self._states(index, params))
-        if fused is None:
+        if fused is None or fused.leaves_to_the_whole_step(grads):
             return False
         fused.step(group, params, grads, lambda grad, i: self._dense_gradient(
             grad, self._name(group, index, i)))

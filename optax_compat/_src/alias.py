@@ -1151,7 +1151,9 @@ def sgd(
     )
     if momentum is not None and not callable(learning_rate) and accumulator_dtype is None:
         bb.declare(tx.update, whole_step=bb.tolerates_none_step(
-            momentum_step_module.sgd_step(tx, learning_rate, momentum, nesterov)))
+            momentum_step_module.sgd_step(tx, learning_rate, momentum, nesterov)),
+            whole_step_reads_grads_in_place=momentum_step_module.on_the_kernel(
+                learning_rate, momentum))
     return tx
 
 

@@ -169,6 +169,54 @@ def test_gradients_set_to_none_are_copied_without_being_replaced_by_views_after_
     _assert_same((model, fused_model), (plain, fused), "then set_to_none=False")
 
 
+def _large_pair(tx: optax.GradientTransformation, size: int) -> tuple[list, list, Any, Any]:
+    """Four parameters of ``size`` elements each, and an unfused and a fused optimizer."""
+    params = [torch.randn(size, requires_grad=True) for _ in range(4)]
+    copies = [p.detach().clone().requires_grad_() for p in params]
+    return (params, copies, optax.TorchOptimizer(params, tx),
+            optax.TorchOptimizer(copies, tx, fused=True))
+
+
+@pytest.mark.parametrize("size", [20_000, 100])
+def test_new_gradients_of_large_tensors_go_to_sgds_kernel_reading_them_in_place(
+        monkeypatch, size):
+    # Over large tensors, SGD's kernel reads new gradients where they are for less than
+    # copying them into the gradient buffer costs; below the size the copy is cheaper.
+    params, copies, plain, fused = _large_pair(optax.sgd(0.05, momentum=0.9), size)
+    calls, kernel = [], torch._fused_sgd_
+    monkeypatch.setattr(torch, "_fused_sgd_",
+                        lambda *args, **kwargs: calls.append(1) or kernel(*args, **kwargs))
+
+    def train(steps, set_to_none):
+        for _ in steps:
+            for optimizer, ps in ((plain, params), (fused, copies)):
+                optimizer.zero_grad(set_to_none=set_to_none)
+            for p, q in zip(params, copies):
+                gradient = torch.randn_like(p)
+                for tensor in (p, q):
+                    if tensor.grad is None:
+                        tensor.grad = gradient.clone()
+                    else:
+                        tensor.grad.add_(gradient)
+            plain.step()
+            fused.step()
+        # The same kernel bit for bit; Inductor's packed step, to float32's tolerance.
+        exact = {"rtol": 0.0, "atol": 0.0} if size == 20_000 and set_to_none else {}
+        torch.testing.assert_close(copies, params, **exact)
+        torch.testing.assert_close(_saved(fused), _saved(plain), **exact)
+
+    train(range(3), True)
+    assert len(calls) == (6 if size == 20_000 else 3)  # the unfused one's, and the fused one's
+    group = fused._fused[0]
+    assert all(fused.state[q]["0.trace"] is view for q, view in zip(copies, group._views[0]))
+    assert all(q.data_ptr() == view.data_ptr() for q, view in zip(copies, group.engine.params[0]
+                                                                 .split(size)))
+    # Gradients kept (accumulated in place) are those of the last step: from the step after,
+    # they are the views of the gradient buffer, and the packed step runs.
+    train(range(3), False)
+    assert all(q.grad is view for q, view in zip(copies, group._grads))
+
+
 def test_a_scheduler_drives_the_learning_rate_without_recompiling():
     make = lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=0.1)
     (model, plain), (fused_model, fused) = _pair(make, fused_backend="aot_eager")
