@@ -113,6 +113,7 @@ def _own_update(update_fn: Callable[..., Any]) -> Callable[..., Any]:
         def copy(*args: Any, **kwargs: Any) -> Any:
             return inner(*args, **kwargs)
     return declare(copy, layouts=record.layouts, whole_step=record.whole_step,
+                   whole_step_reads_grads_in_place=record.whole_step_reads_grads_in_place,
                    inplace=True if record.inplace else None, tolerates_none=False)
 
 

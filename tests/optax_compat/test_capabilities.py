@@ -258,3 +258,15 @@ def test_inplace_gives_the_pure_updates_when_float64_gradients_meet_a_float32_st
     for update in optree.tree_leaves(updates, namespace="optax_compat"):
         assert not any(update.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
                        for x in kept), f"{name} returns an update in memory of its state"
+
+
+def test_declaring_again_keeps_the_whole_step_and_how_it_reads_gradients():
+    # SGD's whole step is torch's fused kernel, which reads new gradients in place (the fused
+    # TorchOptimizer runs it for them); a user's declaration over it keeps both.
+    tx = optax_compat.sgd(0.1, momentum=0.9)
+    for declared in (tx, optax_compat.capabilities.elementwise(tx)):
+        record = bb.capabilities_of(declared)
+        assert record.whole_step is not None and record.whole_step_reads_grads_in_place
+    assert not bb.capabilities_of(optax_compat.adam(0.1)).whole_step_reads_grads_in_place
+    assert not bb.capabilities_of(optax_compat.sgd(0.1, momentum=0.0)
+                                  ).whole_step_reads_grads_in_place
