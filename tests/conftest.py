@@ -75,6 +75,20 @@ def _torch_seeded_by_test_id(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
+def fused_sgd_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of PyTorch's fused SGD kernel (``torch._fused_sgd_``, which still runs)
+    during the test: one entry a call."""
+    calls, kernel = [], torch._fused_sgd_
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_fused_sgd_", counted)
+    return calls
+
+
+@pytest.fixture
 def device() -> torch.device:
     """The device tests build their tensors on (``OPTAX_COMPAT_TEST_DEVICE``, default cpu)."""
     return TEST_DEVICE

@@ -53,22 +53,10 @@ def test_a_gradient_of_another_dtype_takes_the_update():
     torch.testing.assert_close(state[0].trace["w"], torch.ones(3, dtype=torch.float64))
 
 
-def _counting_fused_sgd(monkeypatch) -> list[int]:
-    """Counts the calls of PyTorch's fused SGD kernel (which still runs)."""
-    calls, kernel = [], torch._fused_sgd_
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return kernel(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "_fused_sgd_", counted)
-    return calls
-
-
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_whole_step_on_the_fused_kernel_steps_like_torch_optims_fused_sgd(
-        monkeypatch, nesterov, dtype):
+        fused_sgd_calls, nesterov, dtype):
     # Shapes with and without a tail after the last full vector, a scalar and an empty leaf:
     # the kernel is torch.optim's own, so the numbers are its, bit for bit.
     shapes = [(3, 5), (64,), (), (0,), (1001,)]
@@ -78,14 +66,13 @@ def test_the_whole_step_on_the_fused_kernel_steps_like_torch_optims_fused_sgd(
         [p.requires_grad_() for p in ours], optax_compat.sgd(0.03, momentum=0.9,
                                                              nesterov=nesterov))
     reference = torch.optim.SGD(theirs, lr=0.03, momentum=0.9, nesterov=nesterov, fused=True)
-    calls = _counting_fused_sgd(monkeypatch)
     for _ in range(3):
         for p, q in zip(ours, theirs):
             p.grad = torch.randn_like(p)
             q.grad = p.grad.clone()
         optimizer.step()
         reference.step()
-    assert len(calls) == 6  # ours and torch's, each step
+    assert len(fused_sgd_calls) == 6  # ours and torch's, each step
     for p, q in zip(ours, theirs):
         assert torch.equal(p, q)
         assert torch.equal(optimizer.state[p]["0.trace"], reference.state[q]["momentum_buffer"])
@@ -93,7 +80,7 @@ def test_the_whole_step_on_the_fused_kernel_steps_like_torch_optims_fused_sgd(
 
 @pytest.mark.parametrize("case", ["zero momentum", "strided param", "two dtypes",
                                   "tensor learning rate"])
-def test_steps_the_kernel_would_change_take_the_multi_tensor_path(monkeypatch, case):
+def test_steps_the_kernel_would_change_take_the_multi_tensor_path(fused_sgd_calls, case):
     import optax
 
     params = {"a": torch.randn(4, 6), "b": torch.randn(5)}
@@ -111,9 +98,8 @@ def test_steps_the_kernel_would_change_take_the_multi_tensor_path(monkeypatch, c
     state = tx.init(params)
     expected_updates, _ = tx.update(grads, state, params)
     expected = {name: p + expected_updates[name] for name, p in params.items()}
-    calls = _counting_fused_sgd(monkeypatch)
     state = optax_compat.inplace_step(tx)(params, grads, state)
-    assert not calls
+    assert not fused_sgd_calls
     testing.assert_leaves_close(params, expected)
     theirs_tx = optax.sgd(0.1, momentum=momentum)
     _, theirs_state = theirs_tx.update(testing.to_jax(grads),
